@@ -1,0 +1,1 @@
+"""multiact: activations forward and backward on any device."""

@@ -1,0 +1,297 @@
+"""The op table: one declarative spec per activation, the single source of truth.
+
+The public functions, their signatures and docstrings, the tests, the docs and
+every backend's coverage are derived from `OPS`.  Parameters carry PyTorch's
+names and defaults and their valid ranges; each op carries its float64
+reference (in `multiact.reference`), whether its backward may start from the
+output, its ONNX mapping and its accuracy bound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from . import reference as R
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+FLOAT_DTYPES = ("float16", "float32", "float64")
+DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One scalar parameter: its PyTorch name, default and valid range."""
+
+    name: str
+    default: Any = REQUIRED
+    kind: str = "float"  # "float" | "choice" | "int" | "array"
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    nonzero: bool = False
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def range_text(self) -> str:
+        if self.kind == "choice":
+            return " | ".join(repr(c) for c in self.choices)
+        if self.kind != "float":
+            return self.kind
+        parts = []
+        if self.lo is not None:
+            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+        if self.hi is not None:
+            parts.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
+        if self.nonzero:
+            parts.append("!= 0")
+        return "finite" + ("" if not parts else ", " + ", ".join(parts))
+
+    def validate(self, op: str, value: Any) -> Any:
+        """The value as a plain Python float/str/int, or ValueError/TypeError naming it."""
+        where = f"{op}(): parameter {self.name!r}"
+        if self.kind == "choice":
+            if value not in self.choices:
+                raise ValueError(f"{where} must be one of {self.choices}, got {value!r}")
+            return value
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, (int,)) and not hasattr(value, "__index__"):
+                raise TypeError(f"{where} must be an int, got {type(value).__name__}")
+            return int(value)
+        if self.kind == "array":
+            return value  # checked against the input's shape at dispatch
+        if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+            raise TypeError(f"{where} must be a real number, got {type(value).__name__}")
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise TypeError(f"{where} must be a real number, got {value!r}") from None
+        if not math.isfinite(v):
+            raise ValueError(f"{where} must be finite, got {v}")
+        bad = (
+            (self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo))
+            or (self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi))
+            or (self.nonzero and v == 0)
+        )
+        if bad:
+            raise ValueError(f"{where} must be {self.range_text()}, got {v}")
+        return v
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Accuracy bound against the float64 reference.
+
+    |got - ref| <= ulp * spacing(ref) + atol * eps * scale, where scale is |dy|
+    for a backward (derivatives that cross zero away from a kink cannot be
+    relatively accurate there) and |x| for a forward that cancels.
+    """
+
+    ulp32: float = 4.0
+    ulp64: float = 4.0
+    ulp16: float = 1.0
+    fwd_atol: float = 0.0
+    bwd_atol: float = 0.0
+
+    def ulp(self, dtype: str) -> float:
+        return {"float16": self.ulp16, "float32": self.ulp32, "float64": self.ulp64}[dtype]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything multiact knows about one activation."""
+
+    name: str
+    summary: str
+    formula: str
+    params: tuple[Param, ...]
+    forward: Callable[..., Any]
+    backward: Callable[..., Any]
+    backward_y: Callable[..., Any] | None = None
+    y_allowed: Callable[[Mapping[str, Any]], bool] = lambda p: True
+    y_condition: str = ""
+    param_grad: tuple[str, Callable[..., Any]] | None = None  # (param name, reference)
+    check: Callable[[Mapping[str, Any]], str | None] = lambda p: None
+    kinks: Callable[[Mapping[str, Any]], tuple[float, ...]] = lambda p: ()
+    onnx: str | None = None
+    tol: Tolerance = field(default_factory=Tolerance)
+    exact: bool = False  # piecewise linear: backends must round exactly like the formula
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def scalar_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.kind != "array")
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params if p.default is not REQUIRED}
+
+    def supports_y(self, params: Mapping[str, Any]) -> bool:
+        return self.backward_y is not None and self.y_allowed(params)
+
+    def validate(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Plain, checked parameter values (defaults filled in)."""
+        out = {}
+        for p in self.params:
+            v = given.get(p.name, p.default)
+            if v is REQUIRED:
+                raise TypeError(f"{self.name}(): missing required parameter {p.name!r}")
+            out[p.name] = p.validate(self.name, v)
+        problem = self.check(out)
+        if problem:
+            raise ValueError(f"{self.name}(): {problem}")
+        return out
+
+
+def _f(name, default=REQUIRED, **kw) -> Param:
+    return Param(name, default, **kw)
+
+
+_LINEAR = Tolerance(ulp32=1, ulp64=1, ulp16=1)
+_CROSSES_ZERO = Tolerance(ulp32=8, ulp64=8, bwd_atol=8)
+
+_SPECS = (
+    OpSpec(
+        "relu", "Rectified linear unit.", "max(x, 0)", (),
+        R.relu, R.relu_grad, R.relu_grad, kinks=lambda p: (0.0,), onnx="Relu", tol=_LINEAR, exact=True,
+    ),
+    OpSpec(
+        "relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", (),
+        R.relu6, R.relu6_grad, R.relu6_grad, kinks=lambda p: (0.0, 6.0), onnx="Clip", tol=_LINEAR, exact=True,
+    ),
+    OpSpec(
+        "leaky_relu", "Leaky ReLU: a small slope for negative inputs.", "x if x > 0 else negative_slope * x",
+        (_f("negative_slope", 0.01),),
+        R.leaky_relu, R.leaky_relu_grad, R.leaky_relu_grad,
+        y_allowed=lambda p: p["negative_slope"] > 0, y_condition="negative_slope > 0",
+        kinks=lambda p: (0.0,), onnx="LeakyRelu", tol=_LINEAR, exact=True,
+    ),
+    OpSpec(
+        "prelu", "Parametric ReLU: a learned slope per channel along `axis`.",
+        "x if x > 0 else weight[c] * x",
+        (_f("weight", kind="array", doc="1 element, or x.shape[axis] elements"), _f("axis", 1, kind="int")),
+        R.prelu, R.prelu_grad, param_grad=("weight", R.prelu_weight_grad),
+        kinks=lambda p: (0.0,), onnx="PRelu", tol=_LINEAR, exact=True,
+    ),
+    OpSpec(
+        "elu", "Exponential linear unit.", "x if x > 0 else alpha * (exp(x) - 1)",
+        (_f("alpha", 1.0),),
+        R.elu, R.elu_grad, R.elu_grad_y, y_allowed=lambda p: p["alpha"] >= 0, y_condition="alpha >= 0",
+        kinks=lambda p: (0.0,), onnx="Elu",
+    ),
+    OpSpec(
+        "selu", "Scaled ELU (self-normalising).", "scale * (x if x > 0 else alpha * (exp(x) - 1))", (),
+        R.selu, R.selu_grad, R.selu_grad_y, kinks=lambda p: (0.0,), onnx="Selu",
+    ),
+    OpSpec(
+        "celu", "Continuously differentiable ELU.", "x if x > 0 else alpha * (exp(x / alpha) - 1)",
+        (_f("alpha", 1.0, nonzero=True),),
+        R.celu, R.celu_grad, R.celu_grad_y, y_allowed=lambda p: p["alpha"] > 0, y_condition="alpha > 0",
+        kinks=lambda p: (0.0,), onnx="Celu",
+    ),
+    OpSpec(
+        "gelu", "Gaussian error linear unit, exact or with the tanh approximation.",
+        "x * Phi(x), or 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
+        (_f("approximate", "none", kind="choice", choices=("none", "tanh")),),
+        R.gelu, R.gelu_grad, kinks=lambda p: (-0.7517915, 0.0), onnx="Gelu", tol=_CROSSES_ZERO,
+    ),
+    OpSpec(
+        "fast_gelu", "CANN's FastGelu: x * sigmoid(1.702 x).", "x * sigmoid(1.702 x)", (),
+        R.fast_gelu, R.fast_gelu_grad, kinks=lambda p: (0.0,), tol=_CROSSES_ZERO,
+    ),
+    OpSpec(
+        "silu", "Sigmoid linear unit (swish with beta = 1).", "x * sigmoid(x)", (),
+        R.silu, R.silu_grad, kinks=lambda p: (-1.2784645, 0.0), tol=_CROSSES_ZERO,
+    ),
+    OpSpec(
+        "swish", "Swish with a (learnable) beta; its beta gradient is swish_beta_grad.", "x * sigmoid(beta x)",
+        (_f("beta", 1.0),),
+        R.swish, R.swish_grad, param_grad=("beta", R.swish_beta_grad), kinks=lambda p: (0.0,), tol=_CROSSES_ZERO,
+    ),
+    OpSpec(
+        "hardswish", "Piecewise-quadratic swish (MobileNetV3).", "x * relu6(x + 3) / 6", (),
+        R.hardswish, R.hardswish_grad, kinks=lambda p: (-3.0, -1.5, 3.0), onnx="HardSwish",
+        tol=Tolerance(ulp32=2, ulp64=2, bwd_atol=2),
+    ),
+    OpSpec(
+        "hardsigmoid", "Piecewise-linear sigmoid.", "relu6(x + 3) / 6", (),
+        R.hardsigmoid, R.hardsigmoid_grad, kinks=lambda p: (-3.0, 3.0), onnx="HardSigmoid",
+        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2),
+    ),
+    OpSpec(
+        "sigmoid", "Logistic sigmoid.", "1 / (1 + exp(-x))", (),
+        R.sigmoid_fwd, R.sigmoid_grad, R.sigmoid_grad_y, onnx="Sigmoid",
+    ),
+    OpSpec(
+        "logsigmoid", "Log of the sigmoid, without overflow.", "-softplus(-x)", (),
+        R.logsigmoid, R.logsigmoid_grad, tol=Tolerance(fwd_atol=1),
+    ),
+    OpSpec(
+        "tanh", "Hyperbolic tangent.", "tanh(x)", (),
+        R.tanh, R.tanh_grad, R.tanh_grad_y, onnx="Tanh",
+    ),
+    OpSpec(
+        "hardtanh", "Clamp to [min_val, max_val].", "min(max(x, min_val), max_val)",
+        (_f("min_val", -1.0), _f("max_val", 1.0)),
+        R.hardtanh, R.hardtanh_grad, R.hardtanh_grad,
+        check=lambda p: None if p["min_val"] <= p["max_val"] else "min_val must be <= max_val",
+        kinks=lambda p: (p["min_val"], p["max_val"]), onnx="Clip", tol=_LINEAR, exact=True,
+    ),
+    OpSpec(
+        "softplus", "Smooth ReLU; linear where beta * x > threshold.",
+        "log(1 + exp(beta x)) / beta, or x where beta x > threshold",
+        (_f("beta", 1.0, lo=0, lo_open=True), _f("threshold", 20.0)),
+        R.softplus, R.softplus_grad, kinks=lambda p: (p["threshold"] / p["beta"],), onnx="Softplus",
+    ),
+    OpSpec(
+        "softsign", "x / (1 + |x|).", "x / (1 + |x|)", (),
+        R.softsign, R.softsign_grad, onnx="Softsign",
+    ),
+    OpSpec(
+        "mish", "Self-regularised non-monotonic activation.", "x * tanh(softplus(x))", (),
+        R.mish, R.mish_grad, kinks=lambda p: (-1.1924, 0.0), onnx="Mish", tol=_CROSSES_ZERO,
+    ),
+    OpSpec(
+        "softshrink", "Soft shrinkage towards 0 by lambd.", "x - lambd if x > lambd, x + lambd if x < -lambd, else 0",
+        (_f("lambd", 0.5, lo=0),),
+        R.softshrink, R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]), onnx="Shrink",
+        tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1),
+    ),
+    OpSpec(
+        "hardshrink", "Zero inside [-lambd, lambd].", "x if |x| > lambd else 0",
+        (_f("lambd", 0.5, lo=0),),
+        R.hardshrink, R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]), onnx="Shrink",
+        tol=_LINEAR, exact=True,
+    ),
+    OpSpec(
+        "tanhshrink", "x - tanh(x).", "x - tanh(x)", (),
+        R.tanhshrink, R.tanhshrink_grad, kinks=lambda p: (0.0,),
+    ),
+    OpSpec(
+        "threshold", "Replace x <= threshold by value.", "x if x > threshold else value",
+        (_f("threshold"), _f("value")),
+        R.threshold, R.threshold_grad, kinks=lambda p: (p["threshold"],), onnx="ThresholdedRelu",
+        tol=_LINEAR, exact=True,
+    ),
+)
+
+OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
+
+
+def get(name: str) -> OpSpec:
+    """The spec of op `name`, or ValueError listing the valid names."""
+    try:
+        return OPS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown op {name!r}; valid ops: {', '.join(OPS)}") from None

@@ -1,0 +1,417 @@
+"""Numerically stable NumPy formulas for every op, generic in the float dtype.
+
+Evaluated in float64 they are the reference every backend is tested against;
+evaluated blockwise in float32 they are the `numpy` backend.  They follow
+PyTorch's conventions at the kinks, and two of our own everywhere: NaN in gives
+NaN out (forward and backward), and +-inf gives the limit, never inf*0.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+GELU_TANH_K = math.sqrt(2.0 / math.pi)
+GELU_TANH_C = 0.044715
+FAST_GELU_K = 1.702
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+# Beyond this |x| every sigmoid-weighted derivative term is exactly 0 in float64.
+_CLAMP = 1e5
+
+_erfc_scalar = np.frompyfunc(math.erfc, 1, 1)
+
+
+def _c(x: np.ndarray, v: float):
+    """The constant v in x's dtype, so float32 formulas stay float32."""
+    return x.dtype.type(v)
+
+
+def _keepnan(x: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """r with NaN wherever x is NaN (piecewise formulas would drop it)."""
+    return np.where(np.isnan(x), x, r)
+
+
+def erfc(z: np.ndarray) -> np.ndarray:
+    """Complementary error function, accurate in the tails (libm, elementwise)."""
+    return _erfc_scalar(z.astype(np.float64)).astype(np.float64).astype(z.dtype)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))
+    one = _c(x, 1)
+    return np.where(x >= 0, one / (one + e), e / (one + e))
+
+
+def softplus0(z: np.ndarray) -> np.ndarray:
+    """log(1 + exp(z)) without overflow."""
+    return np.maximum(z, _c(z, 0)) + np.log1p(np.exp(-np.abs(z)))
+
+
+def sech2(x: np.ndarray) -> np.ndarray:
+    """1 - tanh(x)^2, with full relative accuracy where tanh(x) is near 1."""
+    c = np.cosh(x)
+    return _c(x, 1) / (c * c)
+
+
+# ---- piecewise-linear family -------------------------------------------------
+
+
+@np.errstate(all="ignore")
+def relu(x):
+    return np.maximum(x, _c(x, 0))
+
+
+@np.errstate(all="ignore")
+def relu_grad(dy, x):
+    return _keepnan(x, np.where(x > 0, dy, _c(dy, 0)))
+
+
+@np.errstate(all="ignore")
+def relu6(x):
+    return np.clip(x, _c(x, 0), _c(x, 6))
+
+
+@np.errstate(all="ignore")
+def relu6_grad(dy, x):
+    return _keepnan(x, np.where((x > 0) & (x < 6), dy, _c(dy, 0)))
+
+
+@np.errstate(all="ignore")
+def leaky_relu(x, negative_slope):
+    return np.where(x > 0, x, x * _c(x, negative_slope))
+
+
+@np.errstate(all="ignore")
+def leaky_relu_grad(dy, x, negative_slope):
+    return _keepnan(x, np.where(x > 0, dy, dy * _c(dy, negative_slope)))
+
+
+@np.errstate(all="ignore")
+def prelu(x, weight, axis):
+    return np.where(x > 0, x, x * weight)
+
+
+@np.errstate(all="ignore")
+def prelu_grad(dy, x, weight, axis):
+    return _keepnan(x, np.where(x > 0, dy, dy * weight))
+
+
+@np.errstate(all="ignore")
+def prelu_weight_grad(dy, x, weight, axis):
+    """Sum of dy * x over the negative part, reduced to weight's shape, in float64."""
+    contrib = np.where(x > 0, 0.0, x.astype(np.float64) * dy.astype(np.float64))
+    if weight.size == 1:
+        return np.full(weight.shape, contrib.sum())
+    others = tuple(i for i in range(x.ndim) if i != axis)
+    return contrib.sum(axis=others).reshape(weight.shape)
+
+
+@np.errstate(all="ignore")
+def hardtanh(x, min_val, max_val):
+    return np.clip(x, _c(x, min_val), _c(x, max_val))
+
+
+@np.errstate(all="ignore")
+def hardtanh_grad(dy, x, min_val, max_val):
+    return _keepnan(x, np.where((x > min_val) & (x < max_val), dy, _c(dy, 0)))
+
+
+@np.errstate(all="ignore")
+def hardswish(x):
+    six, three = _c(x, 6), _c(x, 3)
+    return np.where(x <= -three, _c(x, 0), np.where(x >= three, x, x * (x + three) / six))
+
+
+@np.errstate(all="ignore")
+def hardswish_grad(dy, x):
+    three, half = _c(x, 3), _c(x, 0.5)
+    mid = dy * (x / three + half)
+    return _keepnan(x, np.where(x < -three, _c(dy, 0), np.where(x <= three, mid, dy)))
+
+
+@np.errstate(all="ignore")
+def hardsigmoid(x):
+    six, three = _c(x, 6), _c(x, 3)
+    return np.where(x <= -three, _c(x, 0), np.where(x >= three, _c(x, 1), (x + three) / six))
+
+
+@np.errstate(all="ignore")
+def hardsigmoid_grad(dy, x):
+    return _keepnan(x, np.where((x > -3) & (x < 3), dy / _c(dy, 6), _c(dy, 0)))
+
+
+@np.errstate(all="ignore")
+def softshrink(x, lambd):
+    lam = _c(x, lambd)
+    return _keepnan(x, np.where(x > lam, x - lam, np.where(x < -lam, x + lam, _c(x, 0))))
+
+
+@np.errstate(all="ignore")
+def shrink_grad(dy, x, lambd):
+    return _keepnan(x, np.where(np.abs(x) > _c(x, lambd), dy, _c(dy, 0)))
+
+
+@np.errstate(all="ignore")
+def hardshrink(x, lambd):
+    return _keepnan(x, np.where(np.abs(x) > _c(x, lambd), x, _c(x, 0)))
+
+
+@np.errstate(all="ignore")
+def threshold(x, threshold, value):
+    return np.where(x <= _c(x, threshold), _c(x, value), x)
+
+
+@np.errstate(all="ignore")
+def threshold_grad(dy, x, threshold, value):
+    return _keepnan(x, np.where(x <= _c(x, threshold), _c(dy, 0), dy))
+
+
+# ---- exponential family --------------------------------------------------------
+
+
+@np.errstate(all="ignore")
+def elu(x, alpha):
+    return np.where(x > 0, x, _c(x, alpha) * np.expm1(x))
+
+
+@np.errstate(all="ignore")
+def elu_grad(dy, x, alpha):
+    return np.where(x > 0, dy, dy * (_c(x, alpha) * np.exp(x)))
+
+
+@np.errstate(all="ignore")
+def elu_grad_y(dy, y, alpha):
+    return np.where(y > 0, dy, dy * (y + _c(y, alpha)))
+
+
+@np.errstate(all="ignore")
+def selu(x):
+    return np.where(x > 0, _c(x, SELU_SCALE) * x, _c(x, SELU_SCALE * SELU_ALPHA) * np.expm1(x))
+
+
+@np.errstate(all="ignore")
+def selu_grad(dy, x):
+    return np.where(x > 0, dy * _c(dy, SELU_SCALE), dy * (_c(x, SELU_SCALE * SELU_ALPHA) * np.exp(x)))
+
+
+@np.errstate(all="ignore")
+def selu_grad_y(dy, y):
+    return np.where(y > 0, dy * _c(dy, SELU_SCALE), dy * (y + _c(y, SELU_SCALE * SELU_ALPHA)))
+
+
+@np.errstate(all="ignore")
+def celu(x, alpha):
+    a = _c(x, alpha)
+    return np.where(x > 0, x, a * np.expm1(x / a))
+
+
+@np.errstate(all="ignore")
+def celu_grad(dy, x, alpha):
+    return np.where(x > 0, dy, dy * np.exp(x / _c(x, alpha)))
+
+
+@np.errstate(all="ignore")
+def celu_grad_y(dy, y, alpha):
+    return np.where(y > 0, dy, dy * (y / _c(y, alpha) + _c(y, 1)))
+
+
+@np.errstate(all="ignore")
+def sigmoid_fwd(x):
+    return sigmoid(x)
+
+
+@np.errstate(all="ignore")
+def sigmoid_grad(dy, x):
+    return dy * (sigmoid(x) * sigmoid(-x))
+
+
+@np.errstate(all="ignore")
+def sigmoid_grad_y(dy, y):
+    return dy * (y * (_c(y, 1) - y))
+
+
+@np.errstate(all="ignore")
+def logsigmoid(x):
+    return np.minimum(x, _c(x, 0)) - np.log1p(np.exp(-np.abs(x)))
+
+
+@np.errstate(all="ignore")
+def logsigmoid_grad(dy, x):
+    return dy * sigmoid(-x)
+
+
+@np.errstate(all="ignore")
+def tanh(x):
+    return np.tanh(x)
+
+
+@np.errstate(all="ignore")
+def tanh_grad(dy, x):
+    return dy * sech2(x)
+
+
+@np.errstate(all="ignore")
+def tanh_grad_y(dy, y):
+    one = _c(y, 1)
+    return dy * ((one - y) * (one + y))
+
+
+@np.errstate(all="ignore")
+def softplus(x, beta, threshold):
+    b = _c(x, beta)
+    z = x * b
+    return np.where(z > threshold, x, softplus0(z) / b)
+
+
+@np.errstate(all="ignore")
+def softplus_grad(dy, x, beta, threshold):
+    z = x * _c(x, beta)
+    return _keepnan(x, np.where(z > threshold, dy, dy * sigmoid(z)))
+
+
+@np.errstate(all="ignore")
+def softsign(x):
+    one = _c(x, 1)
+    return np.where(np.isinf(x), np.sign(x), x / (one + np.abs(x)))
+
+
+@np.errstate(all="ignore")
+def softsign_grad(dy, x):
+    d = _c(x, 1) + np.abs(x)
+    return dy / (d * d)
+
+
+# ---- x * gate(x) family --------------------------------------------------------
+
+
+def _gated(x, s):
+    """x * s with the x = -inf, s = 0 corner giving 0 instead of NaN."""
+    return np.where(s == 0, _c(x, 0), x * s)
+
+
+def _swish_like(x, k):
+    """(s, s', xc) for x * sigmoid(k x): s = sigmoid(kx), s' = sigmoid(-kx), x clamped."""
+    big = np.finfo(x.dtype).max
+    xc = np.clip(x, -big, big)
+    kx = xc * _c(x, k)
+    return sigmoid(kx), sigmoid(-kx), xc
+
+
+@np.errstate(all="ignore")
+def swish(x, beta):
+    s, _, _ = _swish_like(x, beta)
+    return _gated(x, s)
+
+
+@np.errstate(all="ignore")
+def swish_grad(dy, x, beta):
+    s, sn, xc = _swish_like(x, beta)
+    return dy * (s + ((xc * s) * sn) * _c(x, beta))
+
+
+@np.errstate(all="ignore")
+def swish_beta_grad(dy, x, beta):
+    """d/d(beta) summed over all elements: sum(dy * x^2 * s * (1 - s)), in float64."""
+    s, sn, xc = _swish_like(x.astype(np.float64), beta)
+    return float(np.sum(dy.astype(np.float64) * ((xc * s) * (xc * sn))))
+
+
+def silu(x):
+    return swish(x, 1.0)
+
+
+def silu_grad(dy, x):
+    return swish_grad(dy, x, 1.0)
+
+
+def fast_gelu(x):
+    return swish(x, FAST_GELU_K)
+
+
+def fast_gelu_grad(dy, x):
+    return swish_grad(dy, x, FAST_GELU_K)
+
+
+@np.errstate(all="ignore")
+def _gelu_tanh_parts(x):
+    xc = np.clip(x, _c(x, -_CLAMP), _c(x, _CLAMP))
+    z = _c(x, 2 * GELU_TANH_K) * (xc + _c(x, GELU_TANH_C) * (xc * xc * xc))
+    return sigmoid(z), sigmoid(-z), xc
+
+
+@np.errstate(all="ignore")
+def gelu(x, approximate):
+    if approximate == "tanh":
+        s, _, _ = _gelu_tanh_parts(x)
+        return _gated(x, s)
+    s = _c(x, 0.5) * erfc(-x * _c(x, _INV_SQRT2))
+    return _gated(x, s)
+
+
+@np.errstate(all="ignore")
+def gelu_grad(dy, x, approximate):
+    if approximate == "tanh":
+        s, sn, xc = _gelu_tanh_parts(x)
+        dz = _c(x, 2 * GELU_TANH_K) * (_c(x, 1) + _c(x, 3 * GELU_TANH_C) * (xc * xc))
+        return dy * (s + ((xc * s) * sn) * dz)
+    xc = np.clip(x, _c(x, -_CLAMP), _c(x, _CLAMP))
+    cdf = _c(x, 0.5) * erfc(-x * _c(x, _INV_SQRT2))
+    pdf = _c(x, _INV_SQRT_2PI) * np.exp(_c(x, -0.5) * (xc * xc))
+    return dy * (cdf + xc * pdf)
+
+
+@np.errstate(all="ignore")
+def mish(x):
+    return _gated(x, np.tanh(softplus0(x)))
+
+
+@np.errstate(all="ignore")
+def mish_grad(dy, x):
+    sp = softplus0(x)
+    big = np.finfo(x.dtype).max
+    xc = np.clip(x, -big, big)
+    return dy * (np.tanh(sp) + (xc * sigmoid(x)) * sech2(sp))
+
+
+# ---- tanhshrink: x - tanh(x) cancels near 0, so a series there -------------------
+
+
+@lru_cache(maxsize=None)
+def _tanhshrink_series(nterms: int) -> tuple[float, ...]:
+    """Coefficients c_k of x - tanh(x) = sum_k c_k x^(2k+3), from Bernoulli numbers."""
+    # Akiyama-Tanigawa gives B_n exactly (B_1 = +1/2; only even n are used).
+    bern, a = [], []
+    for m in range(2 * nterms + 6):
+        a.append(Fraction(1, m + 1))
+        for j in range(m, 0, -1):
+            a[j - 1] = j * (a[j - 1] - a[j])
+        bern.append(a[0])
+    coeffs = []
+    for n in range(2, nterms + 2):  # tanh(x) = sum 2^2n (2^2n - 1) B_2n x^(2n-1) / (2n)!
+        c = Fraction(2 ** (2 * n) * (2 ** (2 * n) - 1)) * bern[2 * n] / math.factorial(2 * n)
+        coeffs.append(float(-c))
+    return tuple(coeffs)
+
+
+@np.errstate(all="ignore")
+def tanhshrink(x):
+    # |x| < 1: the series converges like (2x/pi)^2 per term; 44 terms reach 1e-17.
+    nterms = 44 if x.dtype == np.float64 else 22
+    x2 = x * x
+    acc = np.zeros_like(x)
+    for c in reversed(_tanhshrink_series(nterms)):
+        acc = acc * x2 + _c(x, c)
+    series = acc * x2 * x
+    return np.where(np.abs(x) < 1, series, x - np.tanh(x))
+
+
+@np.errstate(all="ignore")
+def tanhshrink_grad(dy, x):
+    t = np.tanh(x)
+    return dy * (t * t)
