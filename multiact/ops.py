@@ -10,8 +10,9 @@ output, its ONNX mapping and its accuracy bound.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from . import reference as R
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -382,7 +382,7 @@ def mish_grad(dy, x):
 # ---- tanhshrink: x - tanh(x) cancels near 0, so a series there -------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tanhshrink_series(nterms: int) -> tuple[float, ...]:
     """Coefficients c_k of x - tanh(x) = sum_k c_k x^(2k+3), from Bernoulli numbers."""
     # Akiyama-Tanigawa gives B_n exactly (B_1 = +1/2; only even n are used).

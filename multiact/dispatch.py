@@ -1,0 +1,188 @@
+"""One call, from the caller's arguments to a backend kernel: check everything, then run.
+
+Every check happens before the kernel is called, so bad input never leaves a
+half-written `out`.  Host arrays (NumPy, torch CPU tensors, lists, floats) are
+handed to kernels as NumPy arrays; device arrays (CUDA, NPU) are handed as they
+are to the backend that owns their kind, which allocates results in kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _arrays, registry
+from .ops import OpSpec
+
+_HOST_KINDS = ("numpy", "torch", "other")
+
+
+def _dtype_name(a: Any) -> str:
+    return str(a.dtype).replace("torch.", "")
+
+
+def _kind(a: Any) -> str:
+    k = _arrays.kind_of(a)
+    return "numpy" if k in _HOST_KINDS else k
+
+
+def _same_kind(op: str, named: dict[str, Any]) -> str:
+    kinds = {name: _kind(a) for name, a in named.items() if a is not None}
+    if len(set(kinds.values())) > 1:
+        desc = ", ".join(f"{n} is {_arrays.library_of(named[n])}" for n in kinds)
+        raise TypeError(f"{op}(): arrays must live on the same device and library: {desc}")
+    return next(iter(kinds.values()))
+
+
+def _host(op: str, named: dict[str, Any]) -> dict[str, np.ndarray]:
+    arrs = {n: _arrays.as_host_array(a, f"{op}(): {n}") for n, a in named.items() if a is not None}
+    ref_name, ref = next(iter(arrs.items()))
+    for n, a in arrs.items():
+        if a.dtype != ref.dtype:
+            raise TypeError(f"{op}(): {n} has dtype {a.dtype} but {ref_name} has {ref.dtype}; they must match")
+        if a.shape != ref.shape:
+            raise ValueError(f"{op}(): {n} has shape {a.shape} but {ref_name} has {ref.shape}; they must match")
+    return arrs
+
+
+def _check_device(op: str, named: dict[str, Any]) -> None:
+    items = [(n, a) for n, a in named.items() if a is not None]
+    ref_name, ref = items[0]
+    for n, a in items:
+        if _dtype_name(a) not in ("float16", "float32", "float64"):
+            raise TypeError(f"{op}(): {n} must have a float16, float32 or float64 dtype, got {_dtype_name(a)}")
+        if _dtype_name(a) != _dtype_name(ref):
+            raise TypeError(f"{op}(): {n} has dtype {_dtype_name(a)} but {ref_name} has {_dtype_name(ref)}")
+        if tuple(a.shape) != tuple(ref.shape):
+            raise ValueError(f"{op}(): {n} has shape {tuple(a.shape)} but {ref_name} has {tuple(ref.shape)}")
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    return (
+        a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.strides == b.strides
+        and a.shape == b.shape
+    )
+
+
+def _check_out(op: str, out: np.ndarray, inputs: dict[str, np.ndarray], like: np.ndarray) -> None:
+    if out.dtype != like.dtype:
+        raise TypeError(f"{op}(): out has dtype {out.dtype}, expected {like.dtype}")
+    if out.shape != like.shape:
+        raise ValueError(f"{op}(): out has shape {out.shape}, expected {like.shape}")
+    if not out.flags.writeable:
+        raise ValueError(f"{op}(): out is read-only")
+    for n, a in inputs.items():
+        if out.size and np.may_share_memory(out, a) and not _same_memory(out, a):
+            try:
+                overlap = np.shares_memory(out, a, max_work=10_000)
+            except np.exceptions.TooHardError:
+                overlap = True
+            if overlap:
+                raise ValueError(
+                    f"{op}(): out overlaps {n} without being the same view; pass out={n} for in place, "
+                    "or a separate array"
+                )
+
+
+def _weight(spec: OpSpec, p: dict, x: np.ndarray) -> tuple[dict, Any]:
+    """prelu: the weight as an array of x's dtype shaped to broadcast along axis."""
+    w0 = p["weight"]
+    w = _arrays.as_host_array(w0, f"{spec.name}(): weight")
+    axis = p["axis"]
+    if w.size == 1:
+        shaped = w.astype(x.dtype).reshape((1,) * x.ndim)
+        return {**p, "weight": shaped, "axis": 0}, w
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"{spec.name}(): axis {axis} is out of range for x with {x.ndim} dims")
+    axis %= x.ndim
+    if w.ndim != 1 or w.size != x.shape[axis]:
+        raise ValueError(
+            f"{spec.name}(): weight has shape {w.shape}; expected 1 element or ({x.shape[axis]},) "
+            f"to match x.shape[{axis}]"
+        )
+    shape = [1] * x.ndim
+    shape[axis] = w.size
+    return {**p, "weight": w.astype(x.dtype).reshape(shape), "axis": axis}, w
+
+
+def _run(mod: Any, spec: OpSpec, direction: str, dtype: str, args: tuple, p: dict) -> Any:
+    kernel = mod.kernel(spec.name, direction, dtype)
+    try:
+        return kernel(*args, p)
+    except Exception as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"multiact: raised by backend {mod.NAME!r} running {spec.name} {direction} in {dtype}")
+        raise
+
+
+def call(
+    spec: OpSpec,
+    direction: str,
+    named: dict[str, Any],
+    params: dict[str, Any],
+    out: Any = None,
+    backend: str | None = None,
+) -> Any:
+    """Run one forward/backward/backward_y/param_grad call; `named` holds the array arguments."""
+    op = spec.name
+    p = spec.validate(params)
+    kind = _same_kind(op, {**named, "out": out})
+    if kind == "dask":
+        from . import dask_arrays
+
+        return dask_arrays.call(spec, direction, named, p, out, backend)
+    if kind not in _HOST_KINDS and kind != "numpy":
+        return _call_device(spec, direction, kind, named, p, out, backend)
+
+    arrs = _host(op, named)
+    like = next(iter(arrs.values()))
+    weight_in = None
+    if spec.name == "prelu":
+        p, weight_in = _weight(spec, p, like)
+    dtype = like.dtype.name
+    mod, _ = registry.select(op, direction, dtype, "numpy", backend)
+    ins = tuple(arrs.values())
+    if direction == "param_grad":
+        res = _run(mod, spec, direction, dtype, ins, p)
+        if spec.name == "prelu":
+            return _arrays.wrap_like(np.asarray(res).astype(weight_in.dtype).reshape(weight_in.shape), named["x"])
+        return like.dtype.type(res)
+    if out is None:
+        res = np.empty_like(like)
+    else:
+        res = _arrays.as_host_array(out, f"{op}(): out")
+        _check_out(op, res, arrs, like)
+    _run(mod, spec, direction, dtype, ins + (res,), p)
+    if out is not None:
+        return out
+    result_like = named.get("x", named.get("y"))
+    return _arrays.wrap_like(res, result_like)
+
+
+def _call_device(spec, direction, kind, named, p, out, backend):
+    op = spec.name
+    _check_device(op, {**named, "out": out})
+    like = next(a for a in named.values() if a is not None)
+    dtype = _dtype_name(like)
+    mod, _ = registry.select(op, direction, dtype, kind, backend)
+    ins = tuple(a for a in named.values() if a is not None)
+    if direction == "param_grad":
+        return _run(mod, spec, direction, dtype, ins, p)
+    res = mod.empty_like(like) if out is None else out
+    _run(mod, spec, direction, dtype, ins + (res,), p)
+    return res
+
+
+def explain(spec: OpSpec, direction: str, a: Any, backend: str | None = None) -> str:
+    """Which backend runs this call, and why the others did not."""
+    kind = _kind(a)
+    dtype = _dtype_name(a) if hasattr(a, "dtype") else np.asarray(a).dtype.name
+    try:
+        mod, notes = registry.select(spec.name, direction, dtype, kind, backend)
+    except Exception as e:
+        return f"{spec.name} {direction} on {kind} {dtype} arrays: cannot run: {e}"
+    lines = [f"{spec.name} {direction} on {kind} {dtype} arrays -> {mod.NAME}"]
+    lines += [f"  {n}" for n in notes]
+    return "\n".join(lines)
