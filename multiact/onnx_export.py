@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from . import ops
 from . import reference as R
+from .ops import OpSpec
+from .ops import get as _spec
 
 OPSET = 20  # Gelu with `approximate` exists from opset 20
 IR_VERSION = 10
@@ -370,6 +371,24 @@ def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> st
     raise AssertionError(op)
 
 
+def _bwd_y(g: _Graph, op: str, dy: str, y: str, p: dict) -> str:
+    """Backward from the output y (only where spec.supports_y)."""
+    if op in ("relu", "relu6", "hardtanh", "leaky_relu"):
+        return _bwd(g, op, dy, y, p, None)  # same formula: y > 0 exactly where x > 0
+    if op == "elu":
+        return g.where(g.gt(y, 0.0), dy, g.mul(dy, g.add(y, p["alpha"])))
+    if op == "selu":
+        sa = R.SELU_SCALE * R.SELU_ALPHA
+        return g.where(g.gt(y, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.add(y, sa)))
+    if op == "celu":
+        return g.where(g.gt(y, 0.0), dy, g.mul(dy, g.add(g.div(y, p["alpha"]), 1.0)))
+    if op == "sigmoid":
+        return g.mul(dy, g.mul(y, g.sub(1.0, y)))
+    if op == "tanh":
+        return g.mul(dy, g.mul(g.sub(1.0, y), g.add(y, 1.0)))
+    raise AssertionError(op)
+
+
 # ---- param grads: float64 results -----------------------------------------------------------
 
 
@@ -390,7 +409,7 @@ def _param_grad(g: _Graph, op: str, dy: str, x: str, p: dict) -> str:
 # ---- the model ------------------------------------------------------------------------------
 
 
-def _round_params(spec: ops.OpSpec, params: dict) -> dict:
+def _round_params(spec: OpSpec, params: dict) -> dict:
     """Validated params with floats rounded to float32, as every backend decides with them."""
     if spec.name == "prelu":
         params = {"weight": None, **params}
@@ -404,10 +423,12 @@ def _elem(dtype: str) -> int:
     return {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE}[dtype]
 
 
-def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, **params: Any):
+def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, from_output: bool = False,
+            **params: Any):
     """The ONNX model (opset 20) of op's forward, or with `grad=True` its backward.
 
-    Inputs: forward `x`; backward `dy`, `x`; prelu adds `weight`.  Output `y` or `dx`, same dtype.
+    Inputs: forward `x`; backward `dy`, `x` (with `from_output=True`: `dy`, `y`, for the ops whose
+    derivative is a function of the output); prelu adds `weight`.  Output `y` or `dx`, same dtype.
     Inputs are 1-D of any length (prelu: x as (outer, channels, inner), weight as (channels or 1, 1)).
     `grad="beta"` (swish) and `grad="weight"` (prelu) export the parameter gradient: inputs
     `dy`, `x`; output `dparam` in float64 (swish: the sum over all elements; prelu: one per channel).
@@ -415,7 +436,7 @@ def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, **para
     import onnx
     from onnx import helper
 
-    spec = ops.get(op)
+    spec = _spec(op)
     if dtype not in DTYPES:
         raise ValueError(f"to_onnx(): dtype must be one of {DTYPES}, got {dtype!r}")
     p = _round_params(spec, params)
@@ -424,6 +445,9 @@ def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, **para
         have = f"{spec.param_grad[0]!r}" if spec.param_grad else "none"
         raise ValueError(f"to_onnx(): {op} has no gradient for parameter {grad!r} (it has: {have})")
 
+    if from_output and (grad is not True or not spec.supports_y(p)):
+        raise ValueError(f"to_onnx(): from_output=True needs grad=True and an op whose backward can use the output "
+                         f"({spec.y_condition or 'not ' + op})")
     native = not grad and _uses_native(op, dtype, p)
     if native:
         ct = dtype
@@ -434,7 +458,7 @@ def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, **para
     g = _Graph(ct)
     elem = _elem(dtype)
     shape = ["N", "C", "S"] if op == "prelu" else ["N"]
-    names = ["dy", "x"] if grad else ["x"]
+    names = ["dy", "y" if from_output else "x"] if grad else ["x"]
     inputs = [helper.make_tensor_value_info(n, elem, shape) for n in names]
     if op == "prelu" and not param_grad:
         names.append("weight")
@@ -448,6 +472,8 @@ def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, **para
         out = _native_fwd(g, op, vals["x"], p, vals.get("weight"))
     elif param_grad:
         out = _param_grad(g, op, vals["dy"], vals["x"], p)
+    elif from_output:
+        out = _bwd_y(g, op, vals["dy"], vals["y"], p)
     elif grad:
         out = _bwd(g, op, vals["dy"], vals["x"], p, vals.get("weight"))
     else:
@@ -465,7 +491,7 @@ def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, **para
         g.nodes.append(helper.make_node("Identity", [out], [out_name]))
     else:
         g.nodes.append(helper.make_node("Cast", [out], [out_name], to=elem))
-    what = f"d{grad}" if param_grad else ("backward" if grad else "forward")
+    what = f"d{grad}" if param_grad else ("backward_y" if from_output else "backward" if grad else "forward")
     settings = ", ".join(f"{k}={v!r}" for k, v in p.items() if k != "weight")
     graph = helper.make_graph(
         g.nodes, f"multiact_{op}_{what}", inputs,
