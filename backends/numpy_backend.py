@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from multiact._layout import flat_views
 from multiact.ops import OPS
 
 NAME = "numpy"
@@ -41,6 +42,12 @@ def supports(op: str, direction: str, dtype: str) -> bool:
 
 def _blocks(arrays: tuple[np.ndarray, ...], out: np.ndarray):
     """Yield (input blocks..., out block) in the compute dtype (float32 for float16)."""
+    if out.dtype != np.float16:
+        flat = flat_views(*arrays, out)
+        if flat is not None:  # contiguous: plain slices, no iterator set-up
+            for i in range(0, max(out.size, 1) if out.ndim else 1, _BLOCK):
+                yield tuple(a[i : i + _BLOCK] for a in flat)
+            return
     compute = np.float32 if out.dtype == np.float16 else out.dtype
     it = np.nditer(
         arrays + (out,),

@@ -107,14 +107,49 @@ def _weight(spec: OpSpec, p: dict, x: np.ndarray) -> tuple[dict, Any]:
     return {**p, "weight": w.astype(x.dtype).reshape(shape), "axis": axis}, w
 
 
-def _run(mod: Any, spec: OpSpec, direction: str, dtype: str, args: tuple, p: dict) -> Any:
-    kernel = mod.kernel(spec.name, direction, dtype)
+_FAST_DTYPES = {np.dtype(t): np.dtype(t).name for t in ("float16", "float32", "float64")}
+_validated_cache: dict[tuple, dict[str, Any]] = {}
+
+
+def _validated(spec: OpSpec, params: dict[str, Any]) -> dict[str, Any]:
+    """spec.validate, remembered for hashable parameter values (the common case)."""
+    try:
+        key = (spec.name, tuple((k, type(v), v) for k, v in params.items()))
+        hit = _validated_cache.get(key)
+    except TypeError:  # an array parameter (prelu's weight)
+        return spec.validate(params)
+    if hit is None:
+        hit = spec.validate(params)
+        if len(_validated_cache) < 4096:
+            _validated_cache[key] = hit
+    return hit
+
+
+def _run(mod: Any, kernel: Any, spec: OpSpec, direction: str, dtype: str, args: tuple, p: dict) -> Any:
     try:
         return kernel(*args, p)
     except Exception as e:
         if hasattr(e, "add_note"):
             e.add_note(f"multiact: raised by backend {mod.NAME!r} running {spec.name} {direction} in {dtype}")
         raise
+
+
+def _call_ndarrays(spec: OpSpec, direction: str, named: dict, params: dict, out: Any, backend: str | None) -> Any:
+    """The hot path: NumPy arrays of one float dtype and shape; None if the call is not that simple."""
+    arrs = tuple(named.values())
+    x0 = arrs[0]
+    dtype = _FAST_DTYPES.get(x0.dtype)
+    if dtype is None or any(a.dtype != x0.dtype or a.shape != x0.shape for a in arrs[1:]):
+        return None
+    p = _validated(spec, params)
+    mod, kernel = registry.resolve(spec.name, direction, dtype, "numpy", backend)
+    if out is None:
+        res = np.empty_like(x0)
+    else:
+        _check_out(spec.name, out, named, x0)
+        res = out
+    _run(mod, kernel, spec, direction, dtype, arrs + (res,), p)
+    return res
 
 
 def call(
@@ -126,8 +161,17 @@ def call(
     backend: str | None = None,
 ) -> Any:
     """Run one forward/backward/backward_y/param_grad call; `named` holds the array arguments."""
+    if (
+        direction != "param_grad"
+        and spec.name != "prelu"
+        and (out is None or type(out) is np.ndarray)
+        and all(type(a) is np.ndarray for a in named.values())
+    ):
+        res = _call_ndarrays(spec, direction, named, params, out, backend)
+        if res is not None:
+            return res
     op = spec.name
-    p = spec.validate(params)
+    p = _validated(spec, params)
     kind = _same_kind(op, {**named, "out": out})
     if kind == "dask":
         from . import dask_arrays
@@ -142,10 +186,10 @@ def call(
     if spec.name == "prelu":
         p, weight_in = _weight(spec, p, like)
     dtype = like.dtype.name
-    mod, _ = registry.select(op, direction, dtype, "numpy", backend)
+    mod, kernel = registry.resolve(op, direction, dtype, "numpy", backend)
     ins = tuple(arrs.values())
     if direction == "param_grad":
-        res = _run(mod, spec, direction, dtype, ins, p)
+        res = _run(mod, kernel, spec, direction, dtype, ins, p)
         if spec.name == "prelu":
             return _arrays.wrap_like(np.asarray(res).astype(weight_in.dtype).reshape(weight_in.shape), named["x"])
         return like.dtype.type(res)
@@ -154,7 +198,7 @@ def call(
     else:
         res = _arrays.as_host_array(out, f"{op}(): out")
         _check_out(op, res, arrs, like)
-    _run(mod, spec, direction, dtype, ins + (res,), p)
+    _run(mod, kernel, spec, direction, dtype, ins + (res,), p)
     if out is not None:
         return out
     result_like = named.get("x", named.get("y"))
@@ -166,12 +210,12 @@ def _call_device(spec, direction, kind, named, p, out, backend):
     _check_device(op, {**named, "out": out})
     like = next(a for a in named.values() if a is not None)
     dtype = _dtype_name(like)
-    mod, _ = registry.select(op, direction, dtype, kind, backend)
+    mod, kernel = registry.resolve(op, direction, dtype, kind, backend)
     ins = tuple(a for a in named.values() if a is not None)
     if direction == "param_grad":
-        return _run(mod, spec, direction, dtype, ins, p)
+        return _run(mod, kernel, spec, direction, dtype, ins, p)
     res = mod.empty_like(like) if out is None else out
-    _run(mod, spec, direction, dtype, ins + (res,), p)
+    _run(mod, kernel, spec, direction, dtype, ins + (res,), p)
     return res
 
 

@@ -163,14 +163,32 @@ def use(name: str, *, only: bool = False) -> Iterator[None]:
         _scope.reset(token)
 
 
+_env_backend = os.environ.get("MULTIACT_BACKEND", "").strip()
+
+
 def _preferences() -> tuple[tuple[tuple[str, bool], ...], str]:
-    env = os.environ.get("MULTIACT_BACKEND", "").strip()
-    return tuple(reversed(_scope.get())), env
+    """Scoped preferences, innermost first, and MULTIACT_BACKEND (read at import and by clear_cache)."""
+    return tuple(reversed(_scope.get())), _env_backend
 
 
 # ---- selection --------------------------------------------------------------
 
 _cache: dict[tuple, tuple[Any, tuple[str, ...]]] = {}
+
+
+_kernels: dict[tuple, tuple[Any, Callable]] = {}
+
+
+def resolve(op: str, direction: str, dtype: str, kind: str, explicit: str | None = None) -> tuple[Any, Callable]:
+    """(backend module, kernel) for one call: the hot path, one dictionary lookup when cached."""
+    key = (op, direction, dtype, kind, explicit, _scope.get(), _env_backend)
+    hit = _kernels.get(key)
+    if hit is None:
+        mod, _ = select(op, direction, dtype, kind, explicit)
+        hit = (mod, mod.kernel(op, direction, dtype))
+        with _lock:
+            _kernels[key] = hit
+    return hit
 
 
 def _runs(mod: Any, op: str, direction: str, dtype: str, kind: str) -> str | None:
@@ -246,8 +264,11 @@ def _select(op, direction, dtype, kind, explicit, prefs, env):
 
 
 def clear_cache() -> None:
-    """Forget detection results and choices (after installing a backend, or in tests)."""
+    """Forget detections, choices and MULTIACT_BACKEND (re-read it): after installing a backend, in tests."""
+    global _env_backend
     with _lock:
         _cache.clear()
+        _kernels.clear()
         _avail.clear()
         _modules.clear()
+        _env_backend = os.environ.get("MULTIACT_BACKEND", "").strip()

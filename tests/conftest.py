@@ -1,0 +1,31 @@
+"""Shared fixtures: which backends this machine can test, and how to reach each array kind."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import multiact as ma
+
+
+def host_backends() -> list:
+    """Backends to run the shared suite on: available ones that take NumPy arrays.
+
+    MULTIACT_TEST_BACKENDS=a,b narrows it (e.g. CI runs the CUDA simulator separately).
+    """
+    only = [b for b in os.environ.get("MULTIACT_TEST_BACKENDS", "").split(",") if b]
+    out = []
+    for info in ma.backends():
+        if only and info.name not in only:
+            continue
+        if "numpy" in info.kinds or (only and info.name in only):
+            mark = () if info.available else (pytest.mark.skip(reason=f"{info.name}: {info.reason}"),)
+            out.append(pytest.param(info.name, marks=mark, id=info.name))
+    return out
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
