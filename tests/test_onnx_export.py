@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from multiact import ops
+from multiact.ops import OPS, OpSpec, Tolerance
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -29,14 +29,14 @@ PARAM_CASES: dict[str, list[dict]] = {
 
 
 def cases():
-    for name in ops.OPS:
+    for name in OPS:
         for i, params in enumerate(PARAM_CASES.get(name, [{}])):
             for grad in (False, True):
                 for dtype in DTYPES:
                     yield pytest.param(name, params, grad, dtype, id=f"{name}{i}-{'bwd' if grad else 'fwd'}-{dtype}")
 
 
-def special_inputs(spec: ops.OpSpec, params: dict, dtype: str) -> np.ndarray:
+def special_inputs(spec: OpSpec, params: dict, dtype: str) -> np.ndarray:
     """Specials, kinks and their neighbours, the float32 tails, random values: exactly representable."""
     dt = np.dtype(dtype)
     rng = np.random.default_rng(7)
@@ -57,7 +57,7 @@ def special_inputs(spec: ops.OpSpec, params: dict, dtype: str) -> np.ndarray:
         return x.astype(dt)
 
 
-def check_close(got: np.ndarray, ref: np.ndarray, dtype: str, tol: ops.Tolerance, atol: float,
+def check_close(got: np.ndarray, ref: np.ndarray, dtype: str, tol: Tolerance, atol: float,
                 scale: np.ndarray, what: str) -> None:
     """|got - ref| <= ulp * spacing(ref) + atol * eps * scale; NaN exactly where ref is NaN."""
     dt = np.dtype(dtype)
@@ -81,14 +81,14 @@ def session(model) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def ref_params(spec: ops.OpSpec, params: dict) -> dict:
+def ref_params(spec: OpSpec, params: dict) -> dict:
     p = spec.defaults() | params
     return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
 
 
 @pytest.mark.parametrize("name, params, grad, dtype", list(cases()))
 def test_export_matches_reference(name, params, grad, dtype):
-    spec = ops.OPS[name]
+    spec = OPS[name]
     model = to_onnx(name, dtype=dtype, grad=grad, **{k: v for k, v in params.items() if k != "weight"})
     onnx.checker.check_model(model, full_check=True)
     x = special_inputs(spec, params, dtype)
@@ -120,7 +120,7 @@ def test_export_matches_reference(name, params, grad, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_swish_beta_grad_graph(dtype):
-    spec = ops.OPS["swish"]
+    spec = OPS["swish"]
     x = special_inputs(spec, {"beta": 1.5}, dtype)
     dy = np.random.default_rng(1).standard_normal(x.shape).astype(dtype)
     (got,) = session(to_onnx("swish", dtype=dtype, grad="beta", beta=1.5)).run(None, {"dy": dy, "x": x})
@@ -139,7 +139,7 @@ def test_prelu_weight_grad_graph(dtype):
     x = rng.standard_normal((4, 3, 50)).astype(dtype)
     dy = rng.standard_normal((4, 3, 50)).astype(dtype)
     (got,) = session(to_onnx("prelu", dtype=dtype, grad="weight")).run(None, {"dy": dy, "x": x})
-    ref = ops.OPS["prelu"].param_grad[1](dy, x, np.ones((1, 3, 1), dtype), 1)
+    ref = OPS["prelu"].param_grad[1](dy, x, np.ones((1, 3, 1), dtype), 1)
     np.testing.assert_allclose(got, ref.reshape(-1), rtol=1e-12, atol=1e-12)
 
 
@@ -149,7 +149,7 @@ def test_one_node_graphs_where_onnx_has_the_op():
     assert [n.op_type for n in to_onnx("relu6").graph.node] == ["Clip"]
     assert [n.op_type for n in to_onnx("elu", dtype="float16").graph.node] == ["Elu"]
     assert "Softplus" not in [n.op_type for n in to_onnx("softplus", beta=2.0).graph.node]
-    for name, spec in ops.OPS.items():
+    for name, spec in OPS.items():
         model = to_onnx(name, **({"threshold": 0.0, "value": 0.0} if name == "threshold" else {}))
         if spec.onnx and len(model.graph.node) > 1:
             assert name in deviations(), f"{name}: composite without a stated reason"
