@@ -50,6 +50,18 @@ def supports(op: str, direction: str, dtype: str) -> bool:
     return direction in ("forward", "backward")
 
 
+_FROM_NUMPY: list = []
+
+
+def _from_numpy() -> Callable:
+    """OrtValue.ortvalue_from_numpy, looked up once (an import statement per call costs a microsecond)."""
+    if not _FROM_NUMPY:
+        from onnxruntime import OrtValue
+
+        _FROM_NUMPY.append(OrtValue.ortvalue_from_numpy)
+    return _FROM_NUMPY[0]
+
+
 class _Entry:
     """A session with the names of its inputs and output and a binding reused by its creating thread."""
 
@@ -62,15 +74,14 @@ class _Entry:
 
     def run(self, arrays: Sequence[np.ndarray], out: np.ndarray | None) -> Any:
         """Bind C-contiguous arrays (no copies) and run; with out=None return the output OrtValue."""
-        from onnxruntime import OrtValue
-
+        from_numpy = _from_numpy()
         b = self.binding if threading.get_ident() == self.thread else self.sess.io_binding()
         for name, a in zip(self.inputs, arrays, strict=True):
-            b.bind_ortvalue_input(name, OrtValue.ortvalue_from_numpy(a))
+            b.bind_ortvalue_input(name, from_numpy(a))
         if out is None:
             b.bind_output(self.output)
         else:
-            b.bind_ortvalue_output(self.output, OrtValue.ortvalue_from_numpy(out))
+            b.bind_ortvalue_output(self.output, from_numpy(out))
         self.sess.run_with_iobinding(b)
         return b.get_outputs()[0] if out is None else None
 
@@ -94,13 +105,19 @@ class Runner:
     def session_count(self) -> int:
         return len(self._sessions)
 
-    def entry(self, op: str, direction: str, dtype: str, key: tuple, params: dict) -> _Entry:
-        """The cached session for one (op, direction, dtype, params, thread count)."""
+    def entry(self, op: str, direction: str, dtype: str, key: tuple, params: dict | None = None) -> _Entry:
+        """The cached session for one (op, direction, dtype, params, thread count).
+
+        `key` holds the scalar params' values in the spec's order; `params` (by name) is only
+        needed to build a session on a miss and defaults to pairing the two.
+        """
         threads = get_num_threads()
         full = (op, direction, dtype, key, threads)
         e = self._sessions.get(full)
         if e is not None:
             return e
+        if params is None:
+            params = dict(zip((q.name for q in OPS[op].scalar_params), key, strict=True))
         import onnxruntime as ort
 
         from multiact.onnx_export import to_onnx
@@ -128,8 +145,10 @@ class Runner:
 
         def run(*args: Any) -> None:
             *arrays, out, p = args
-            key = tuple(p[n] for n in names)
-            e = entry(op, direction, dtype, key, {n: p[n] for n in names})
+            e = entry(op, direction, dtype, tuple([p[n] for n in names]) if names else ())
+            if out.ndim == 1 and out.flags.c_contiguous and all(a.flags.c_contiguous for a in arrays):
+                e.run(arrays, out)  # the common case, checked first: no views to make
+                return
             if out.size == 0:
                 return
             views = flat_views(*arrays, out)
