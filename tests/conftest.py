@@ -26,6 +26,18 @@ def host_backends() -> list:
     return out
 
 
+def supports(backend: str, op: str, direction: str, dtype: str) -> bool:
+    from multiact import registry
+
+    return registry.module(backend).supports(op, direction, str(dtype))
+
+
+def require(backend: str, op: str, direction: str, dtype: str) -> None:
+    """Skip when the backend has no such kernel (the registry would fall through to another)."""
+    if not supports(backend, op, direction, dtype):
+        pytest.skip(f"{backend} has no {op} {direction} kernel for {dtype} (the registry falls through)")
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
