@@ -70,56 +70,62 @@ def _numba_cuda_version() -> str | None:
 
 @lru_cache(maxsize=1)
 def available() -> tuple[bool, str]:
-    """(True, device) on a real GPU or under the simulator; else why not, in words a user can act on."""
-    try:
-        import numba  # noqa: F401
-    except Exception as e:
-        return False, f"numba is not importable ({type(e).__name__}: {e}); pip install 'multiact[cuda]'"
+    """(True, device) on a real GPU or under the simulator; else why not, in words a user can act on.
+
+    Detection asks the driver (libcuda, through ctypes) and looks for numba-cuda without importing it,
+    so listing backends stays cheap.
+    """
     if _simulating():
         return True, "CUDA simulator (CPU emulation, for tests): NUMBA_ENABLE_CUDASIM=1"
-    try:
-        from numba import cuda
-    except Exception as e:
-        return False, f"numba-cuda is not installed ({type(e).__name__}: {e}); pip install 'multiact[cuda]'"
-    try:
-        ok = cuda.is_available()
-    except Exception as e:
-        return False, f"CUDA detection failed ({type(e).__name__}: {e})"
-    if not ok:
-        return False, _why_not()
-    try:
-        d = _device_facts(0)
-    except Exception as e:
-        return False, f"the CUDA device could not be queried ({type(e).__name__}: {e})"
-    note = "" if _numba_cuda_version() else "; numba's built-in CUDA target (install numba-cuda for updates)"
+    import importlib.util
+
+    if importlib.util.find_spec("numba") is None:
+        return False, "numba-cuda is not installed; pip install 'multiact[cuda]'"
+    devices, why = _driver_devices()
+    if not devices:
+        return False, why
+    d = devices[0]
+    note = "" if _numba_cuda_version() else "; numba-cuda is not installed: numba's deprecated built-in CUDA target"
     return True, f"{d['name']} (compute capability {d['cc']}, {d['sms']} SMs){note}"
 
 
-def _why_not() -> str:
-    try:
-        from numba.cuda.cudadrv.driver import driver
+@lru_cache(maxsize=1)
+def _driver_devices() -> tuple[list[dict[str, Any]], str]:
+    """([{name, cc, sms}] per visible device, reason if none), from the CUDA driver API."""
+    import ctypes
+    import ctypes.util
 
-        n = driver.get_device_count()
-    except Exception as e:
-        msg = " ".join(str(e).split())
-        if "libcuda" in msg or "driver" in msg.lower():
-            return f"no NVIDIA driver: libcuda could not be loaded ({msg})"
-        return f"the CUDA driver failed to initialise ({type(e).__name__}: {msg})"
-    if n == 0:
-        return "no CUDA device is visible (no NVIDIA GPU, or CUDA_VISIBLE_DEVICES hides it)"
-    return "the CUDA driver reports devices but none is usable (driver too old for this numba-cuda?)"
-
-
-def _device_facts(index: int) -> dict[str, Any]:
-    from numba import cuda
-
-    if _simulating():
-        return {"name": "CUDA simulator", "cc": "5.2", "sms": _SIM_GRID}
-    with cuda.gpus[index]:
-        dev = cuda.get_current_device()
-        name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        cc = ".".join(str(v) for v in dev.compute_capability)
-        return {"name": name, "cc": cc, "sms": int(dev.MULTIPROCESSOR_COUNT)}
+    lib = None
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll", ctypes.util.find_library("cuda")):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if lib is None:
+        return [], "no NVIDIA driver: libcuda could not be loaded (no GPU driver installed on this machine)"
+    rc = lib.cuInit(0)
+    if rc == 100:  # CUDA_ERROR_NO_DEVICE
+        return [], "no CUDA device is visible (no NVIDIA GPU, or CUDA_VISIBLE_DEVICES hides it)"
+    if rc != 0:
+        return [], f"the CUDA driver failed to initialise (CUresult {rc}; driver too old, or GPU in a bad state)"
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        return [], "no CUDA device is visible (no NVIDIA GPU, or CUDA_VISIBLE_DEVICES hides it)"
+    out = []
+    for i in range(count.value):
+        dev, buf = ctypes.c_int(0), ctypes.create_string_buffer(256)
+        lib.cuDeviceGet(ctypes.byref(dev), i)
+        lib.cuDeviceGetName(buf, 256, dev)
+        vals = []
+        for attr in (16, 75, 76):  # multiprocessor count, compute capability major, minor
+            v = ctypes.c_int(0)
+            lib.cuDeviceGetAttribute(ctypes.byref(v), attr, dev)
+            vals.append(v.value)
+        out.append({"name": buf.value.decode(errors="replace"), "cc": f"{vals[1]}.{vals[2]}", "sms": vals[0]})
+    return out, ""
 
 
 def info() -> dict[str, Any]:
@@ -127,16 +133,14 @@ def info() -> dict[str, Any]:
     ok, reason = available()
     if not ok:
         return {"available": False, "reason": reason}
-    from numba import cuda
-
-    n = 1 if _simulating() else len(cuda.gpus)
-    facts = [_device_facts(i) for i in range(n)]
+    sim = _simulating()
+    facts = [{"name": "CUDA simulator", "cc": "5.2", "sms": _SIM_GRID}] if sim else _driver_devices()[0]
     return {
         "devices": [f"{f['name']} (compute capability {f['cc']}, {f['sms']} SMs)" for f in facts],
         "compute_capability": facts[0]["cc"],
         "multiprocessors": facts[0]["sms"],
-        "numba_cuda": _numba_cuda_version() or "numba built-in",
-        "simulator": _simulating(),
+        "numba_cuda": _numba_cuda_version() or "not installed",
+        "simulator": sim,
     }
 
 

@@ -16,3 +16,7 @@ if os.environ.get("MULTIACT_CUDA_REAL") != "1":
         raise RuntimeError("tests/cuda must run in its own pytest process: numba was imported before the simulator "
                            "could be enabled (run `pytest tests/cuda` separately)")
     os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+from multiact import registry  # noqa: E402 - after the simulator switch
+
+registry.module("cuda")  # also makes `multiact.backends` importable from a plain source tree (PYTHONPATH)
