@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
 
 import multiact as ma
+
+# tests/cuda needs the CUDA simulator switched on before numba is imported: it runs in a process of
+# its own, started by tests/test_cuda_simulator.py (or directly with `pytest tests/cuda`).
+collect_ignore = [] if any(a.rstrip("/").endswith("cuda") for a in sys.argv) else ["cuda"]
 
 
 def host_backends() -> list:
