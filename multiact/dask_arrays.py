@@ -96,15 +96,9 @@ def _prelu_weight(op: str, w: Any, x: da.Array, axis: int) -> tuple[Any, tuple |
         w = _arrays.as_host_array(w, f"{op}(): weight")
     elif w.dtype.name not in _FLOATS:
         raise TypeError(f"{op}(): weight must have a float16, float32 or float64 dtype, got {w.dtype}")
-    if w.size == 1:
+    axis = dispatch.prelu_axis(op, x.shape, w.shape, axis)
+    if axis is None:
         return (w, None, None, w.shape) if isinstance(w, np.ndarray) else (w.reshape(()), (), None, w.shape)
-    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"{op}(): axis {axis} is out of range for x with {x.ndim} dims")
-    axis %= x.ndim
-    if w.ndim != 1 or w.size != x.shape[axis]:
-        raise ValueError(
-            f"{op}(): weight has shape {w.shape}; expected 1 element or ({x.shape[axis]},) to match x.shape[{axis}]"
-        )
     if not isinstance(w, da.Array):
         w = da.from_array(w, chunks=(x.chunks[axis],))
     return w, (axis,), axis, w.shape

@@ -33,12 +33,7 @@ def _tensor_back(dtype):
 @pytest.mark.parametrize("op,params", CASES)
 def test_shared_suite_with_tensors(op, params, dtype):
     """The shared consistency comparison, with torch tensors in and tensors (same dtype) out."""
-    spec = OPS[op]
-    failures = []
-    for direction in C.directions(spec, params):
-        v = C.run_case(None, op, direction, dtype, params, to_kind=torch.from_numpy, from_kind=_tensor_back(dtype))
-        if not v.passed:
-            failures.append(f"{direction}: {v.describe()}")
+    failures = C.case_failures(None, op, params, dtype, to_kind=torch.from_numpy, from_kind=_tensor_back(dtype))
     assert not failures, "\n".join(failures)
 
 
