@@ -45,9 +45,10 @@ _LOG2E = F32(1.4426950408889634)
 _LN2_HI = F32(0.693145751953125)  # 15 significant bits: k * _LN2_HI is exact for |k| <= 256
 _LN2_LO = F32(1.4286067653302e-06)
 _EXP_MAX = F32(89.0)  # exp overflows above 88.72; clamping here keeps 2^k finite in two halves
-_EXP_MIN = F32(-104.0)  # exp(-104) < min subnormal / 2
+_EXP_MIN = F32(-120.0)  # exp(-104) < min subnormal / 2; -120 leaves room for 2^24 * exp(x)
 _EXPM1_KMAX = F32(24.0)  # 2^k - 1 is exact up to here
 _BIAS = F32(127.0)
+_K24 = F32(24.0)
 _MANT = F32(8388608.0)  # 2^23
 _TANH_SMALL = F32(0.625)
 _TANH_CLAMP = F32(9.5)  # tanh(9.5) rounds to 1 in float32
@@ -137,6 +138,12 @@ def exp_hl_k(hi, lo, kadd):
 
 
 @_device
+def exp64_hl(hi, lo):
+    """exp(hi + lo) as a float64, relatively accurate (<= 1 float32 ulp) down to exp(-120) (scaled by 2^24)."""
+    return np.float64(exp_hl_k(hi, lo, _K24)) * 5.9604644775390625e-08
+
+
+@_device
 def exp_hl(hi, lo):
     """exp(hi + lo); <= 1 ulp; inf above 88.72, subnormal results rounded once, 0 below -103.97."""
     return exp_hl_k(hi, lo, _ZERO)
@@ -211,6 +218,14 @@ def sigmoid_hl(hi, lo):
     neg = hi < _ZERO
     e = np.float64(exp_hl(hi if neg else -hi, lo if neg else -lo))  # exp(-|z|), in (0, 1]
     return F32((e if neg else 1.0) / (1.0 + e))  # float64: one rounding after exp's
+
+
+@_device
+def sigmoid64_hl(hi, lo):
+    """sigmoid(hi + lo) as a float64, relatively accurate where it is below float32's normal range."""
+    neg = hi < _ZERO
+    e = exp64_hl(hi if neg else -hi, lo if neg else -lo)
+    return (e if neg else 1.0) / (1.0 + e)
 
 
 @_device
@@ -300,17 +315,23 @@ def erfc(z):
 
 
 @_device
-def ncdf(x):
-    """Phi(x) = erfc(-x / sqrt(2)) / 2, relatively accurate for x -> -inf (exp(-x^2/2) exact-argument)."""
+def ncdf64(x):
+    """Phi(x) = erfc(-x / sqrt(2)) / 2 as a float64, relatively accurate for x -> -inf (to Phi ~ 1e-53)."""
     z = x * _SQRT1_2
     az = z if z >= _ZERO else -z
     xa = np.float64(F32(20.0) if az > _ERFC_ZMAX else (x if x >= _ZERO else -x))
     sq_hi, sq_lo = split64(xa * xa * 0.5)  # x^2/2 exact in float64
-    tail = F32(0.5 * np.float64(exp_hl(-sq_hi, -sq_lo)) * erfcx_tail(az))
-    tail = tail if x < _ZERO else _ONE - tail
-    small = F32(0.5 + 0.5 * erf_small(np.float64(x) * 0.7071067811865476))
+    tail = 0.5 * exp64_hl(-sq_hi, -sq_lo) * erfcx_tail(az)
+    tail = tail if x < _ZERO else 1.0 - tail
+    small = 0.5 + 0.5 * erf_small(np.float64(x) * 0.7071067811865476)
     res = small if az < _ERF_SPLIT else tail
-    return res if x == x else x
+    return res if x == x else np.float64(x)
+
+
+@_device
+def ncdf(x):
+    """Phi(x) in float32; <= 2 ulp, subnormal results included."""
+    return F32(ncdf64(x))
 
 
 @_device
