@@ -197,7 +197,7 @@ def _reductions(key: str) -> _LoopPair:
         def term(dy, x, a, b):
             return 0.0 if x > 0.0 else x * dy
 
-    return _LoopPair(term, 0)
+    return _LoopPair(term, 0, key)
 
 
 # ---- parameters -------------------------------------------------------------------------------
@@ -728,54 +728,61 @@ def _formulas(dtype: str) -> dict[tuple[str, str], Callable]:
 class _LoopPair:
     """The serial and parallel compiled loops around one scalar formula, each compiled on first use."""
 
-    def __init__(self, scalar: Callable, arity: int):
-        self.scalar, self.arity = scalar, arity
+    def __init__(self, scalar: Callable, arity: int, tag: str):
+        self.scalar, self.arity, self.tag = scalar, arity, tag
         self._serial = self._parallel = None
 
     def serial(self):
         if self._serial is None:
-            self._serial = _make_loop(self.scalar, self.arity, parallel=False)
+            self._serial = _make_loop(self.scalar, self.arity, False, self.tag)
         return self._serial
 
     def parallel(self):
         if self._parallel is None:
-            self._parallel = _make_loop(self.scalar, self.arity, parallel=True)
+            self._parallel = _make_loop(self.scalar, self.arity, True, self.tag)
         return self._parallel
 
 
-def _make_loop(g: Callable, arity: int, parallel: bool):
+_TEMPLATES = {
+    0: "def {name}(u, v, a, b):\n    acc = 0.0\n    for i in prange(u.shape[0]):\n        acc += {g}(u[i], v[i], a, b)\n"
+       "    return acc\n",
+    1: "def {name}(x, out, a, b):\n    for i in prange(x.shape[0]):\n        out[i] = {g}(x[i], a, b)\n",
+    2: "def {name}(u, v, out, a, b):\n    for i in prange(u.shape[0]):\n        out[i] = {g}(u[i], v[i], a, b)\n",
+    3: "def {name}(u, v, w, out, a, b):\n    for i in prange(u.shape[0]):\n        out[i] = {g}(u[i], v[i], w[i], a, b)\n",
+}
+
+
+@lru_cache(maxsize=1)
+def _source_tag() -> str:
+    """A hash of this file and numba_math.py: on-disk cache entries are keyed by it (numba only
+    watches the file that defines a cached function, not the inlined helpers)."""
+    import hashlib
+
+    from . import numba_math
+
+    h = hashlib.sha1()
+    for path in (__file__, numba_math.__file__):
+        with open(path, "rb") as fh:
+            h.update(fh.read())
+    return h.hexdigest()[:10]
+
+
+def _make_loop(g: Callable, arity: int, parallel: bool, tag: str):
+    """The prange loop around g, compiled with cache=True.
+
+    The loop is generated as a module-level function (not a closure) whose
+    scalar is a module global: numba's on-disk cache keys closures by a pickle of
+    their cells, which is not stable across processes, so closures never hit.
+    """
     from numba import njit, prange
 
-    jit = njit(parallel=parallel, error_model="numpy", cache=True)
-    if arity == 0:  # a float64 sum of g(u, v) over the elements
-
-        def reduce2(u, v, a, b):
-            acc = 0.0
-            for i in prange(u.shape[0]):
-                acc += g(u[i], v[i], a, b)
-            return acc
-
-        return jit(reduce2)
-    if arity == 1:
-
-        def loop1(x, out, a, b):
-            for i in prange(x.shape[0]):
-                out[i] = g(x[i], a, b)
-
-        return jit(loop1)
-    if arity == 2:
-
-        def loop2(u, v, out, a, b):
-            for i in prange(u.shape[0]):
-                out[i] = g(u[i], v[i], a, b)
-
-        return jit(loop2)
-
-    def loop3(u, v, w, out, a, b):
-        for i in prange(u.shape[0]):
-            out[i] = g(u[i], v[i], w[i], a, b)
-
-    return jit(loop3)
+    name = f"_loop_{tag}_{'par' if parallel else 'ser'}_{_source_tag()}"
+    gname = f"_scalar_{tag}"
+    ns = globals()
+    ns[gname] = g
+    ns.setdefault("prange", prange)
+    exec(compile(_TEMPLATES[arity].format(name=name, g=gname), __file__, "exec"), ns)
+    return njit(parallel=parallel, error_model="numpy", cache=True)(ns[name])
 
 
 _ARITY = {"forward": 1, "backward": 2, "backward_y": 2}
@@ -785,4 +792,5 @@ _ARITY = {"forward": 1, "backward": 2, "backward_y": 2}
 def _loops(key: tuple[str, str, str]) -> _LoopPair:
     op, direction, dtype = key
     formulas = _formulas(dtype)
-    return _LoopPair(formulas[(op, direction)], _ARITY[direction] + (1 if op == "prelu" else 0))
+    arity = _ARITY[direction] + (1 if op == "prelu" else 0)
+    return _LoopPair(formulas[(op, direction)], arity, f"{op}_{direction}_{dtype}")
