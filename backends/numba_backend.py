@@ -681,7 +681,7 @@ def _formulas(dtype: str) -> dict[tuple[str, str], Callable]:
     def mish(x, a, b):
         # below -20, tanh(softplus(x)) = e^x (1 - e^x / 2 ...) = e^x to 2e-9; this keeps x e^x accurate
         # where e^x is subnormal
-        return gated(x, exp64_hl(x, zero) if x < T(-20) else D(tanh(softplus0(x))))
+        return gated(x, exp64_hl(x, zero) if is32 and x < T(-20) else D(tanh(softplus0(x))))
 
     @reg("mish", "backward")
     def mish_grad(dy, x, a, b):
