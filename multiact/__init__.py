@@ -1,1 +1,46 @@
-"""multiact: activations forward and backward on any device."""
+"""multiact: neural-network activations, forward and backward, on whatever holds the data.
+
+    import numpy as np, multiact as ma
+    y = ma.gelu(x, approximate="tanh")
+    dx = ma.gelu_grad(dy, x, approximate="tanh")
+
+`ma.ops()` lists the op table, `ma.backends()` what this machine can run and
+why, `ma.explain(op, x)` which backend a call would use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import ops as _ops
+from ._config import get_num_threads, set_num_threads
+from .api import FUNCTIONS as _FUNCTIONS
+from .api import backward, forward, param_grad
+from .errors import BackendError
+from .onnx_export import to_onnx
+from .ops import OpSpec
+from .registry import BackendInfo, backends, use
+
+__version__ = "0.1.0"
+
+globals().update(_FUNCTIONS)
+
+
+def ops() -> dict[str, OpSpec]:
+    """The op table: every op's parameters, defaults, valid ranges and reference formulas."""
+    return dict(_ops.OPS)
+
+
+def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None = None) -> str:
+    """Which backend would run `op` on `x` (forward, or direction="backward"), and why."""
+    from .dispatch import explain as _explain
+
+    if direction not in _ops.DIRECTIONS:
+        raise ValueError(f"direction must be one of {_ops.DIRECTIONS}, got {direction!r}")
+    return _explain(_ops.get(op), direction, x, backend)
+
+
+__all__ = [
+    "BackendError", "BackendInfo", "OpSpec", "backends", "backward", "explain", "forward",
+    "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
+]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -37,9 +37,42 @@ def _keepnan(x: np.ndarray, r: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(x), x, r)
 
 
+@cache
+def _erfc_fit() -> np.polynomial.Chebyshev:
+    """erfc(z) * exp(z^2) as a Chebyshev series in t = 2 / (2 + z) on z >= 0, fitted to libm.
+
+    Smooth on t in (0, 1]; degree 40 reaches about 1e-15 relative, far below float32's eps.
+    """
+    t = np.cos(np.linspace(0, np.pi, 400)) * 0.5 + 0.5  # Chebyshev-spaced nodes in [0, 1]
+    t = t[t > 1e-3]
+    z = 2.0 / t - 2.0
+    g = np.array([math.erfc(v) * math.exp(v * v) if v < 26 else _erfcx_asymptotic(v) for v in z])
+    return np.polynomial.Chebyshev.fit(t, g, 40, domain=[0, 1])
+
+
+def _erfcx_asymptotic(z: float) -> float:
+    """erfc(z) exp(z^2) for large z, from its asymptotic series (libm underflows there)."""
+    s, term = 1.0, 1.0
+    for k in range(1, 12):
+        term *= -(2 * k - 1) / (2 * z * z)
+        s += term
+    return s / (z * math.sqrt(math.pi))
+
+
 def erfc(z: np.ndarray) -> np.ndarray:
-    """Complementary error function, accurate in the tails (libm, elementwise)."""
-    return _erfc_scalar(z.astype(np.float64)).astype(np.float64).astype(z.dtype)
+    """Complementary error function, relatively accurate in the tails.
+
+    float64 goes through libm elementwise (the reference); float32/float16
+    through a vectorised fit evaluated in float64, then rounded once.
+    """
+    if z.dtype == np.float64:
+        return _erfc_scalar(z).astype(np.float64)
+    zd = z.astype(np.float64)
+    a = np.abs(zd)
+    with np.errstate(all="ignore"):
+        pos = np.exp(-a * a) * _erfc_fit()(2.0 / (2.0 + a))
+        pos = np.where(np.isinf(a), 0.0, pos)
+        return np.where(zd < 0, 2.0 - pos, pos).astype(z.dtype)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -382,7 +415,7 @@ def mish_grad(dy, x):
 # ---- tanhshrink: x - tanh(x) cancels near 0, so a series there -------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _tanhshrink_series(nterms: int) -> tuple[float, ...]:
     """Coefficients c_k of x - tanh(x) = sum_k c_k x^(2k+3), from Bernoulli numbers."""
     # Akiyama-Tanigawa gives B_n exactly (B_1 = +1/2; only even n are used).

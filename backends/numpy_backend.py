@@ -1,0 +1,112 @@
+"""The `numpy` backend: the reference formulas evaluated blockwise in the input's precision.
+
+It always works.  Blocks keep every temporary cache-sized (so out=x in place
+allocates nothing result-sized) and let float16 be computed in float32 and
+rounded once on the way out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from multiact._layout import flat_views
+from multiact.ops import OPS
+
+NAME = "numpy"
+PRIORITY = 10
+KINDS = ("numpy",)
+_BLOCK = 1 << 14
+
+
+def available() -> tuple[bool, str]:
+    return True, "NumPy formulas, always available"
+
+
+def info() -> dict:
+    return {"numpy": np.__version__, "block": _BLOCK}
+
+
+def supports(op: str, direction: str, dtype: str) -> bool:
+    spec = OPS.get(op)
+    if spec is None or dtype not in ("float16", "float32", "float64"):
+        return False
+    return {
+        "forward": True,
+        "backward": True,
+        "backward_y": spec.backward_y is not None,
+        "param_grad": spec.param_grad is not None,
+    }[direction]
+
+
+def _blocks(arrays: tuple[np.ndarray, ...], out: np.ndarray):
+    """Yield (input blocks..., out block) in the compute dtype (float32 for float16)."""
+    if out.dtype != np.float16:
+        flat = flat_views(*arrays, out)
+        if flat is not None:  # contiguous: plain slices, no iterator set-up
+            for i in range(0, max(out.size, 1) if out.ndim else 1, _BLOCK):
+                yield tuple(a[i : i + _BLOCK] for a in flat)
+            return
+    compute = np.float32 if out.dtype == np.float16 else out.dtype
+    it = np.nditer(
+        arrays + (out,),
+        flags=["external_loop", "buffered", "zerosize_ok", "refs_ok"],
+        op_flags=[["readonly"]] * len(arrays) + [["writeonly"]],
+        op_dtypes=[compute] * (len(arrays) + 1),
+        casting="same_kind",
+        buffersize=_BLOCK,
+    )
+    with it:
+        yield from it
+
+
+def _scalar_params(op: str, p: dict) -> dict:
+    return {k: v for k, v in p.items() if k not in ("weight", "axis")}
+
+
+def _elementwise(op: str, fn: Callable, n_in: int) -> Callable:
+    prelu = op == "prelu"
+
+    def run(*args):
+        *arrays, out, p = args
+        if prelu:
+            w = np.broadcast_to(p["weight"], out.shape)
+            for *blocks, ob in _blocks((*arrays, w), out):
+                *ins, wb = blocks
+                ob[...] = fn(*ins, wb, p["axis"])
+            return
+        q = _scalar_params(op, p)
+        for *blocks, ob in _blocks(tuple(arrays), out):
+            ob[...] = fn(*blocks, **q)
+
+    return run
+
+
+def _param_grad(op: str, fn: Callable) -> Callable:
+    if op == "prelu":
+        return lambda dy, x, p: fn(dy, x, p["weight"], p["axis"])
+
+    def run(dy, x, p):
+        it = np.nditer(
+            (dy, x),
+            flags=["external_loop", "buffered", "zerosize_ok"],
+            op_dtypes=[np.float64, np.float64],
+            casting="safe",
+            buffersize=_BLOCK,
+        )
+        with it:
+            return sum(fn(dyb, xb, **_scalar_params(op, p)) for dyb, xb in it)
+
+    return run
+
+
+def kernel(op: str, direction: str, dtype: str) -> Callable:
+    spec = OPS[op]
+    if direction == "forward":
+        return _elementwise(op, spec.forward, 1)
+    if direction == "backward":
+        return _elementwise(op, spec.backward, 2)
+    if direction == "backward_y":
+        return _elementwise(op, spec.backward_y, 2)
+    return _param_grad(op, spec.param_grad[1])

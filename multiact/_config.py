@@ -1,0 +1,39 @@
+"""Process-wide settings that CPU backends read per call: the thread count."""
+
+from __future__ import annotations
+
+import os
+
+_threads: int | None = None
+
+
+def _default_threads() -> int:
+    env = os.environ.get("MULTIACT_NUM_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"MULTIACT_NUM_THREADS must be a positive integer, got {env!r}") from None
+        if n < 1:
+            raise ValueError(f"MULTIACT_NUM_THREADS must be a positive integer, got {env!r}")
+        return n
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
+
+
+def set_num_threads(n: int) -> None:
+    """Threads that CPU backends may use for one large call (small calls stay single-threaded)."""
+    global _threads
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_num_threads(): n must be a positive int, got {n!r}")
+    _threads = n
+
+
+def get_num_threads() -> int:
+    """The thread budget: set_num_threads(), else MULTIACT_NUM_THREADS, else the usable CPUs."""
+    global _threads
+    if _threads is None:
+        _threads = _default_threads()
+    return _threads

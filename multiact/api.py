@@ -1,0 +1,159 @@
+"""The public functions, generated from the op table with real signatures and docstrings.
+
+Each op gets `name(x, *params, out=None, backend=None)` and
+`name_grad(dy, x, *params, [y=None,] out=None, backend=None)`; swish and prelu
+also get their parameter gradients.  Functions are compiled from source so
+that help(), inspect and IDEs show the actual parameters, and so that a call
+on NumPy arrays seen before is one dictionary lookup away from its kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dispatch, registry
+from .ops import OPS, REQUIRED, OpSpec, get
+
+
+def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, **params: Any) -> Any:
+    """Generic forward: `forward("gelu", x, approximate="tanh")` is `gelu(x, approximate="tanh")`."""
+    return dispatch.call(get(op), "forward", {"x": x}, params, out, backend)
+
+
+def backward(
+    op: str, dy: Any, x: Any = None, *, y: Any = None, out: Any = None, backend: str | None = None, **params: Any
+) -> Any:
+    """Generic backward: dL/dx from dy and the input x (or, where the op allows, the output y=)."""
+    return _grad(get(op), dy, x, y, params, out, backend)
+
+
+def param_grad(op: str, param: str, dy: Any, x: Any, *, backend: str | None = None, **params: Any) -> Any:
+    """Generic parameter gradient: `param_grad("swish", "beta", dy, x, beta=1.3)`."""
+    spec = get(op)
+    if spec.param_grad is None or spec.param_grad[0] != param:
+        raise ValueError(f"{op} has no gradient for parameter {param!r}")
+    return dispatch.call(spec, "param_grad", {"dy": dy, "x": x}, params, None, backend)
+
+
+def _grad(spec: OpSpec, dy, x, y, params, out, backend):
+    name = f"{spec.name}_grad()"
+    if y is None:
+        if x is None:
+            raise TypeError(f"{name} needs the input x (or, where the op allows it, the output y=)")
+        return dispatch.call(spec, "backward", {"dy": dy, "x": x}, params, out, backend)
+    if x is not None:
+        raise ValueError(f"{name}: pass the input x or the output y=, not both")
+    if spec.backward_y is None:
+        raise ValueError(f"{name}: y= is not supported: {spec.name}'s derivative needs the input x")
+    if not spec.supports_y(spec.validate(params)):
+        raise ValueError(f"{name}: y= is only supported when {spec.y_condition}")
+    return dispatch.call(spec, "backward_y", {"dy": dy, "y": y}, params, out, backend)
+
+
+def _param_doc(spec: OpSpec) -> str:
+    lines = []
+    for p in spec.params:
+        default = "required" if p.default is REQUIRED else f"default {p.default!r}"
+        extra = f"; {p.doc}" if p.doc else ""
+        lines.append(f"    {p.name}: {p.range_text()} ({default}){extra}")
+    return "\n".join(lines)
+
+
+def _sig(spec: OpSpec) -> tuple[str, str]:
+    """('a=1.0, b=2.0', "{'a': a, 'b': b}") for the op's parameters."""
+    parts = [p.name if p.default is REQUIRED else f"{p.name}={p.default!r}" for p in spec.params]
+    return ", ".join(parts), "{" + ", ".join(f"{p.name!r}: {p.name}" for p in spec.params) + "}"
+
+
+def _docs(spec: OpSpec) -> dict[str, str]:
+    params = _param_doc(spec)
+    pblock = f"\n\nParameters (PyTorch's names and defaults):\n{params}" if params else ""
+    common = "out: write the result here (out=x is in place); backend: run on this backend only."
+    fwd = f"{spec.summary}\n\n    y = {spec.formula}{pblock}\n\n{common}"
+    ycan = ""
+    if spec.backward_y is not None:
+        cond = f" (when {spec.y_condition})" if spec.y_condition else ""
+        ycan = f"\n\nPass y= (the forward's output) instead of x{cond}: what an in-place forward needs."
+    bwd = f"Backward of {spec.name}: dy * d{spec.name}(x)/dx.{ycan}{pblock}\n\n{common}"
+    return {"fwd": fwd, "bwd": bwd}
+
+
+_FAST_FWD = """
+def {name}(x{pre}, *, out=None, backend=None):
+    if type(x) is _nd:
+        hit = _cache.get(('forward', x.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
+        if hit is not None and (out is None or out is x or _out_ok(out, x)):
+            res = _empty_like(x) if out is None else out
+            _run_fast(hit, (x, res))
+            return res
+    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)
+"""
+
+_FAST_GRAD = """
+def {name}_grad(dy, x{xdef}{pre}, *, {ykw}out=None, backend=None):
+    if type(dy) is _nd and type(x) is _nd and{ynone} dy.dtype == x.dtype and dy.shape == x.shape:
+        hit = _cache.get(('backward', x.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
+        if hit is not None and (out is None or out is dy or out is x or _out_ok(out, x, dy)):
+            res = _empty_like(x) if out is None else out
+            _run_fast(hit, (dy, x, res))
+            return res
+    return _grad(_spec, dy, x, {y}, {pdict}, out, backend)
+"""
+
+
+def _make(spec: OpSpec) -> dict[str, Any]:
+    plist, pdict = _sig(spec)
+    pre = f", {plist}" if plist else ""
+    name = spec.name
+    ns: dict[str, Any] = {
+        "_spec": spec, "_call": dispatch.call, "_grad": _grad, "_nd": np.ndarray, "_empty_like": np.empty_like,
+        "_cache": dispatch.fast_cache(spec), "_scope": registry._scope, "_reg": registry,
+        "_out_ok": dispatch.out_ok, "_run_fast": dispatch.run_fast,
+    }
+    if spec.name == "prelu":  # an array parameter: always the general path
+        src = [
+            f"def {name}(x{pre}, *, out=None, backend=None):\n"
+            f"    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)\n",
+            f"def {name}_grad(dy, x{pre}, *, out=None, backend=None):\n"
+            f"    return _grad(_spec, dy, x, None, {pdict}, out, backend)\n",
+        ]
+    else:
+        pkey = "".join(f", {p.name}.__class__, {p.name}" for p in spec.params)
+        has_y = spec.backward_y is not None
+        src = [
+            _FAST_FWD.format(name=name, pre=pre, pkey=pkey, pdict=pdict),
+            _FAST_GRAD.format(
+                name=name, pre=pre, pkey=pkey, pdict=pdict,
+                xdef="=None" if has_y else "", ykw="y=None, " if has_y else "",
+                ynone=" y is None and" if has_y else "", y="y" if has_y else "None",
+            ),
+        ]
+    if spec.param_grad is not None:
+        src.append(
+            f"def {name}_{spec.param_grad[0]}_grad(dy, x{pre}, *, backend=None):\n"
+            f"    return _call(_spec, 'param_grad', {{'dy': dy, 'x': x}}, {pdict}, None, backend)\n"
+        )
+    exec(compile("\n".join(src), f"<multiact.{name}>", "exec"), ns)  # noqa: S102 - generated from the op table
+    docs = _docs(spec)
+    funcs = {name: ns[name], f"{name}_grad": ns[f"{name}_grad"]}
+    funcs[name].__doc__ = docs["fwd"]
+    funcs[f"{name}_grad"].__doc__ = docs["bwd"]
+    if spec.param_grad is not None:
+        pname = spec.param_grad[0]
+        f = ns[f"{name}_{pname}_grad"]
+        f.__doc__ = (
+            f"Gradient of the loss with respect to {name}'s {pname!r}, summed over every element "
+            f"(accumulated in float64).{('' if not _param_doc(spec) else chr(10) * 2 + _param_doc(spec))}"
+        )
+        funcs[f.__name__] = f
+    for f in funcs.values():
+        f.__module__ = "multiact"
+    return funcs
+
+
+FUNCTIONS: dict[str, Any] = {}
+for _spec in OPS.values():
+    FUNCTIONS.update(_make(_spec))
+del _spec

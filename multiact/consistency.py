@@ -1,0 +1,220 @@
+"""The consistency check every backend is held to: inputs, the float64 reference, the verdict.
+
+Shared by the test suite and `multiact check`, so a user's machine runs exactly
+what CI runs.  A result passes when, element by element,
+NaN sits where the reference has NaN, +-inf where the reference (rounded to
+the dtype) is +-inf, and otherwise |got - ref| <= ulp * spacing(ref) +
+atol * eps * scale, with the op's Tolerance (scale = |dy| for a backward,
+|x| for a forward).  Float parameters are rounded to the compute precision
+first, since that is what every kernel compares against.  Results below the
+smallest normal number may be off by up to that number (flush-to-zero SIMD and
+subnormal intermediates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .ops import OPS, REQUIRED, OpSpec
+
+# Parameter cases per op beyond the defaults: each op's interesting corners.
+PARAM_CASES: dict[str, tuple[dict[str, Any], ...]] = {
+    "leaky_relu": ({"negative_slope": 0.2}, {"negative_slope": -0.3}),
+    "prelu": ({"weight": "per-channel", "axis": 1}, {"weight": "single"}),
+    "elu": ({"alpha": 0.5}, {"alpha": 0.0}),
+    "celu": ({"alpha": 0.7}, {"alpha": 2.5}),
+    "gelu": ({"approximate": "tanh"},),
+    "swish": ({"beta": 1.3}, {"beta": -0.7}, {"beta": 0.0}),
+    "hardtanh": ({"min_val": -2.0, "max_val": 0.5},),
+    "softplus": ({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0}),
+    "softshrink": ({"lambd": 0.3}, {"lambd": 0.0}),
+    "hardshrink": ({"lambd": 0.3},),
+    "threshold": ({"threshold": 0.3, "value": -2.0}, {"threshold": -1.0, "value": 0.0}),
+}
+
+
+def param_cases(spec: OpSpec) -> list[dict[str, Any]]:
+    """The defaults (where the op has them all) and the op's extra cases."""
+    cases = list(PARAM_CASES.get(spec.name, ()))
+    if all(p.default is not REQUIRED for p in spec.params):
+        cases.insert(0, {})
+    return cases
+
+
+def case_id(params: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in params.items()) or "defaults"
+
+
+def specials(dtype: np.dtype) -> np.ndarray:
+    """0, -0, +-1, +-100, +-1000, tiny, tiny/8 (subnormal), +-max, +-inf, NaN."""
+    fi = np.finfo(dtype)
+    tiny = float(fi.tiny)
+    vals = [0.0, -0.0, 1.0, -1.0, 100.0, -100.0, 1000.0, -1000.0, tiny, -tiny, tiny / 8, -tiny / 8,
+            float(fi.max), -float(fi.max), np.inf, -np.inf, np.nan]
+    with np.errstate(over="ignore"):
+        return np.array(vals, dtype=np.float64).astype(dtype)
+
+
+def sample_x(spec: OpSpec, params: dict[str, Any], dtype: Any, n: int = 600, seed: int = 0) -> np.ndarray:
+    """Random normal values, a wide sweep, the specials, and each kink with its neighbours."""
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    kinks = []
+    for k in spec.kinks(_rounded(spec, params, dtype)):
+        kd = np.array(k, dtype=dtype)
+        kinks += [kd, np.nextafter(kd, dtype.type(np.inf)), np.nextafter(kd, dtype.type(-np.inf))]
+    wide = np.linspace(-30, 30, n // 3)
+    parts = [rng.standard_normal(n) * 3, wide, np.array(kinks, dtype=np.float64).reshape(-1)]
+    x = np.concatenate([p.astype(np.float64) for p in parts]).astype(dtype)
+    return np.concatenate([x, specials(dtype)])
+
+
+def _rounded(spec: OpSpec, params: dict[str, Any], dtype: Any) -> dict[str, Any]:
+    """Validated params with floats rounded to the compute precision (float32 below float64)."""
+    p = spec.validate(params) if "weight" not in params else dict(params)
+    if np.dtype(dtype) == np.float64:
+        return p
+    return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
+
+
+def prelu_weight(x: np.ndarray, case: str, axis: int = 1) -> np.ndarray:
+    """A weight for prelu's cases: one per channel (mixed signs) or a single one."""
+    if case == "single":
+        return np.array([0.25], dtype=x.dtype)
+    c = x.shape[axis]
+    return np.linspace(-0.5, 1.5, c).astype(x.dtype)
+
+
+def reference(spec: OpSpec, direction: str, params: dict[str, Any], dtype: Any, *arrays: np.ndarray) -> Any:
+    """The float64 reference on the exact input values."""
+    p = _rounded(spec, params, dtype)
+    a64 = [a.astype(np.float64) for a in arrays]
+    fn = {"forward": spec.forward, "backward": spec.backward, "backward_y": spec.backward_y}.get(direction)
+    if direction == "param_grad":
+        fn = spec.param_grad[1]
+    if spec.name == "prelu":
+        w = p["weight"].astype(np.float64)
+        return fn(*a64, w, p["axis"])
+    return fn(*a64, **p)
+
+
+@dataclass
+class Verdict:
+    """The outcome of comparing one result with the reference."""
+
+    passed: bool
+    max_ulp: float
+    max_abs: float
+    n_bad: int
+    bad: list[tuple[float, float, float]] = field(default_factory=list)  # (x, got, ref)
+
+    def describe(self) -> str:
+        head = f"max error {self.max_ulp:.3g} ulp ({self.max_abs:.3g} abs), {self.n_bad} bad"
+        rows = [f"  x={x!r}: got {g!r}, want {r!r}" for x, g, r in self.bad[:8]]
+        return "\n".join([head, *rows])
+
+
+def compare(
+    got: np.ndarray,
+    ref: np.ndarray,
+    x: np.ndarray,
+    spec: OpSpec,
+    direction: str,
+    scale: np.ndarray | None = None,
+    params: dict[str, Any] | None = None,
+) -> Verdict:
+    """Judge `got` (in its dtype) against the float64 `ref` with the op's tolerance."""
+    dtype = got.dtype
+    tol = spec.tol
+    g = got.astype(np.float64).reshape(-1)
+    r = np.asarray(ref, dtype=np.float64).reshape(-1)
+    xs = x.astype(np.float64).reshape(-1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r_round = r.astype(dtype).astype(np.float64)
+        spacing = np.spacing(np.abs(r_round.astype(dtype))).astype(np.float64)
+        err = np.abs(g - r)
+        atol = {"forward": tol.fwd_atol, "backward": tol.bwd_atol, "backward_y": tol.y_atol}[direction]
+        sc = np.abs(np.asarray(scale, dtype=np.float64).reshape(-1)) if scale is not None else np.abs(xs)
+        sc = np.where(np.isfinite(sc), sc, 0.0)
+        eps = float(np.finfo(dtype).eps)
+        bound = tol.ulp(dtype.name) * spacing + atol * eps * sc
+        if tol.cond is not None and direction != "backward_y":
+            cond = tol.cond(xs, _rounded(spec, params or {}, dtype)) if spec.name != "prelu" else 0.0
+            bound = bound + np.where(np.isfinite(cond), cond, 0.0) * eps * np.abs(r)
+        # Results below the smallest normal may be flushed or lose bits in subnormal intermediates.
+        bound = np.where(np.abs(r) < float(np.finfo(dtype).tiny), np.maximum(bound, float(np.finfo(dtype).tiny)), bound)
+        nan_ok = np.isnan(g) == np.isnan(r)
+        inf_ref = np.isinf(r_round)
+        inf_ok = np.where(inf_ref, g == r_round, ~np.isinf(g) | (g == r))
+        finite = ~np.isnan(r) & ~inf_ref
+        val_ok = np.where(finite, err <= bound, True)
+        ok = nan_ok & inf_ok & val_ok
+        ulps = np.where(finite & (spacing > 0), err / np.where(spacing > 0, spacing, 1), 0.0)
+    bad_idx = np.flatnonzero(~ok)
+    return Verdict(
+        passed=bad_idx.size == 0,
+        max_ulp=float(np.nanmax(ulps, initial=0.0)),
+        max_abs=float(np.nanmax(np.where(finite, err, 0.0), initial=0.0)),
+        n_bad=int(bad_idx.size),
+        bad=[(float(xs[i]), float(g[i]), float(r[i])) for i in bad_idx[:20]],
+    )
+
+
+def run_case(
+    backend: str,
+    op: str,
+    direction: str,
+    dtype: Any,
+    params: dict[str, Any],
+    to_kind: Any = None,
+    from_kind: Any = None,
+    n: int = 600,
+) -> Verdict:
+    """Call `backend` on the standard inputs for one (op, direction, dtype, params) and judge it.
+
+    to_kind/from_kind move NumPy inputs to the backend's array kind and results back.
+    """
+    import multiact as ma
+
+    spec = OPS[op]
+    dtype = np.dtype(dtype)
+    to_kind = to_kind or (lambda a: a)
+    from_kind = from_kind or (lambda a: np.asarray(a))
+    x = sample_x(spec, params, dtype, n=n)
+    rng = np.random.default_rng(1)
+    dy = rng.standard_normal(x.size).astype(dtype)
+    call_params = dict(params)
+    x_in = x
+    if op == "prelu":
+        x_in = x[: x.size - x.size % 4].reshape(-1, 4)
+        dy = dy[: x_in.size].reshape(x_in.shape)
+        call_params["weight"] = prelu_weight(x_in, params["weight"])
+    ref_params = dict(call_params)
+    if op == "prelu":
+        ref_params = {"weight": call_params["weight"].reshape(1, -1) if call_params["weight"].size > 1
+                      else call_params["weight"].reshape(1, 1), "axis": 1}
+    if direction == "forward":
+        got = from_kind(ma.forward(op, to_kind(x_in), backend=backend, **call_params))
+        return compare(got, reference(spec, "forward", ref_params, dtype, x_in), x_in, spec, direction, params=params)
+    if direction == "backward":
+        got = from_kind(ma.backward(op, to_kind(dy), to_kind(x_in), backend=backend, **call_params))
+        ref = reference(spec, "backward", ref_params, dtype, dy, x_in)
+        return compare(got, ref, x_in, spec, direction, scale=dy, params=params)
+    if direction == "backward_y":
+        with np.errstate(all="ignore"):
+            y = np.asarray(reference(spec, "forward", ref_params, dtype, x_in)).astype(dtype)
+        got = from_kind(ma.backward(op, to_kind(dy), y=to_kind(y), backend=backend, **call_params))
+        ref = reference(spec, "backward_y", ref_params, dtype, dy, y)
+        return compare(got, ref, y, spec, direction, scale=dy.astype(np.float64) * y)
+    raise ValueError(f"run_case: direction must be forward, backward or backward_y, got {direction!r}")
+
+
+def directions(spec: OpSpec, params: dict[str, Any]) -> list[str]:
+    """The elementwise directions this (op, params) has."""
+    out = ["forward", "backward"]
+    if spec.backward_y is not None and "weight" not in params and spec.supports_y(spec.validate(params)):
+        out.append("backward_y")
+    return out

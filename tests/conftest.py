@@ -1,0 +1,43 @@
+"""Shared fixtures: which backends this machine can test, and how to reach each array kind."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import multiact as ma
+
+
+def host_backends() -> list:
+    """Backends to run the shared suite on: available ones that take NumPy arrays.
+
+    MULTIACT_TEST_BACKENDS=a,b narrows it (e.g. CI runs the CUDA simulator separately).
+    """
+    only = [b for b in os.environ.get("MULTIACT_TEST_BACKENDS", "").split(",") if b]
+    out = []
+    for info in ma.backends():
+        if only and info.name not in only:
+            continue
+        if "numpy" in info.kinds or (only and info.name in only):
+            mark = () if info.available else (pytest.mark.skip(reason=f"{info.name}: {info.reason}"),)
+            out.append(pytest.param(info.name, marks=mark, id=info.name))
+    return out
+
+
+def supports(backend: str, op: str, direction: str, dtype: str) -> bool:
+    from multiact import registry
+
+    return registry.module(backend).supports(op, direction, str(dtype))
+
+
+def require(backend: str, op: str, direction: str, dtype: str) -> None:
+    """Skip when the backend has no such kernel (the registry would fall through to another)."""
+    if not supports(backend, op, direction, dtype):
+        pytest.skip(f"{backend} has no {op} {direction} kernel for {dtype} (the registry falls through)")
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

@@ -1,0 +1,97 @@
+"""The float64 references themselves: backward against central differences, limits at +-inf."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from multiact import consistency as C
+from multiact.ops import OPS
+
+
+def _away_from_kinks(spec, p, x):
+    kinks = np.array(spec.kinks(p) or [np.inf])
+    return x[np.min(np.abs(x[:, None] - kinks[None, :]), axis=1) > 1e-3]
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op != "prelu"])
+def test_backward_is_the_derivative(op):
+    spec = OPS[op]
+    x = np.linspace(-8, 8, 1601) + 1e-3 / 7
+    for params in C.param_cases(spec):
+        p = spec.validate(params)
+        xs = _away_from_kinks(spec, p, x)
+        h = 1e-6 * np.maximum(1, np.abs(xs))
+        fd = (spec.forward(xs + h, **p) - spec.forward(xs - h, **p)) / (2 * h)
+        got = spec.backward(np.ones_like(xs), xs, **p)
+        np.testing.assert_allclose(got, fd, rtol=1e-6, atol=1e-8, err_msg=f"{op} {params}")
+        if spec.supports_y(p):
+            y = spec.forward(xs, **p)
+            np.testing.assert_allclose(spec.backward_y(np.ones_like(xs), y, **p), got, rtol=1e-9, atol=1e-12)
+
+
+def test_swish_beta_grad_is_the_derivative():
+    spec = OPS["swish"]
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal(1000) * 3, rng.standard_normal(1000)
+    for beta in (1.0, 1.3, -0.7, 0.0):
+        h = 1e-6
+        fd = (np.sum(dy * spec.forward(x, beta + h)) - np.sum(dy * spec.forward(x, beta - h))) / (2 * h)
+        assert np.isclose(spec.param_grad[1](dy, x, beta), fd, rtol=1e-6, atol=1e-8)
+
+
+def test_prelu_weight_grad_is_the_derivative():
+    spec = OPS["prelu"]
+    rng = np.random.default_rng(1)
+    x, dy = rng.standard_normal((4, 3, 5)), rng.standard_normal((4, 3, 5))
+    w = np.array([0.1, -0.2, 0.5])
+    got = spec.param_grad[1](dy, x, w.reshape(1, 3, 1), 1)
+    for c in range(3):
+        e = np.zeros(3)
+        e[c] = 1e-6
+        up = np.sum(dy * spec.forward(x, (w + e).reshape(1, 3, 1), 1))
+        down = np.sum(dy * spec.forward(x, (w - e).reshape(1, 3, 1), 1))
+        assert np.isclose(got.reshape(-1)[c], (up - down) / 2e-6, rtol=1e-6)
+
+
+# The limits at +-inf that a formula would turn into inf*0 = NaN.
+LIMITS = {
+    ("gelu", "forward"): (np.inf, 0.0), ("gelu", "backward"): (1.0, 0.0),
+    ("silu", "forward"): (np.inf, 0.0), ("silu", "backward"): (1.0, 0.0),
+    ("fast_gelu", "backward"): (1.0, 0.0), ("mish", "forward"): (np.inf, 0.0), ("mish", "backward"): (1.0, 0.0),
+    ("softsign", "forward"): (1.0, -1.0), ("softsign", "backward"): (0.0, 0.0),
+    ("sigmoid", "backward"): (0.0, 0.0), ("tanh", "backward"): (0.0, 0.0), ("logsigmoid", "forward"): (0.0, -np.inf),
+    ("softplus", "forward"): (np.inf, 0.0), ("hardswish", "forward"): (np.inf, 0.0), ("elu", "forward"): (np.inf, -1.0),
+}
+
+
+@pytest.mark.parametrize("op,direction", list(LIMITS))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_limits_at_infinity(op, direction, dtype):
+    spec = OPS[op]
+    x = np.array([np.inf, -np.inf], dtype=dtype)
+    p = spec.validate({})
+    got = spec.forward(x, **p) if direction == "forward" else spec.backward(np.ones_like(x), x, **p)
+    np.testing.assert_array_equal(got, np.array(LIMITS[op, direction], dtype=dtype))
+
+
+def test_gelu_tanh_grad_at_huge_inputs_is_dy():
+    spec = OPS["gelu"]
+    for dtype in ("float32", "float64"):
+        x = np.array([1e30, 3e38], dtype=dtype)
+        np.testing.assert_array_equal(spec.backward(np.full(2, 2.5, dtype), x, "tanh"), [2.5, 2.5])
+
+
+def test_references_raise_no_floating_point_warnings():
+    import warnings
+
+    x = np.concatenate([C.specials(np.float64), np.linspace(-1000, 1000, 101)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for op, spec in OPS.items():
+            if op == "prelu":
+                continue
+            for params in C.param_cases(spec):
+                p = spec.validate(params)
+                spec.forward(x, **p)
+                spec.backward(np.ones_like(x), x, **p)
