@@ -13,14 +13,16 @@ in-place call never allocates a result-sized temporary.
 from __future__ import annotations
 
 import math
-import os
-from functools import lru_cache
-from typing import Any, Callable
+from collections.abc import Callable
+from functools import cache, lru_cache
+from typing import Any
 
 import numpy as np
 
-from multiact import ops as _ops
-from multiact import reference as _ref
+import multiact.reference as _ref
+from multiact._config import get_num_threads
+from multiact._layout import flat_views
+from multiact.ops import OPS
 
 NAME = "numba"
 PRIORITY = 20
@@ -64,9 +66,9 @@ def info() -> dict[str, Any]:
 
 
 def supports(op: str, direction: str, dtype: str) -> bool:
-    if dtype not in _DTYPES or op not in _ops.OPS:
+    if dtype not in _DTYPES or op not in OPS:
         return False
-    spec = _ops.OPS[op]
+    spec = OPS[op]
     if direction in ("forward", "backward"):
         return True
     if direction == "backward_y":
@@ -134,7 +136,7 @@ def _reduce(key: str, dy: np.ndarray, x: np.ndarray, a: float) -> float:
         return 0.0
     pair = _reductions(key)
     total = 0.0
-    flats = _flat_views(dy, x) if x.dtype == np.float64 else None
+    flats = flat_views(dy, x) if x.dtype == np.float64 else None
     chunks = [flats] if flats is not None else None
     if chunks is None:
         it = np.nditer(
@@ -174,7 +176,7 @@ def _prelu_weight_grad(dy, x, p) -> np.ndarray:
     return sums.reshape(w.shape)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _reductions(key: str) -> _LoopPair:
     from numba import njit
 
@@ -229,30 +231,10 @@ def _params(op: str, p: dict, dtype: str) -> tuple[float, float]:
 
 
 def _threads() -> int:
+    """multiact's thread budget, capped by the threads numba's pool was started with."""
     import numba
 
-    try:
-        import multiact
-
-        n = int(multiact.get_num_threads())
-    except AttributeError:
-        n = int(os.environ.get("MULTIACT_NUM_THREADS", os.cpu_count() or 1))
-    return max(1, min(n, numba.config.NUMBA_NUM_THREADS))
-
-
-def _flat_views(*arrays: np.ndarray):
-    """1-D views in memory order when every array is contiguous in the same order, else None."""
-    try:
-        from multiact._layout import flat_views
-    except ImportError:
-        flat_views = None
-    if flat_views is not None:
-        return flat_views(*arrays)
-    if all(a.flags.c_contiguous for a in arrays):
-        return tuple(a.reshape(-1) for a in arrays)
-    if all(a.flags.f_contiguous for a in arrays):
-        return tuple(a.reshape(-1, order="F") for a in arrays)
-    return None
+    return max(1, min(get_num_threads(), numba.config.NUMBA_NUM_THREADS))
 
 
 def _dispatch(pair, arrays, a, b) -> None:
@@ -276,7 +258,7 @@ def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -
     pair = _loops(key)
     a, b = ab
     if out.dtype != np.float16:
-        flats = _flat_views(*ins, out)
+        flats = flat_views(*ins, out)
         if flats is not None:
             _dispatch(pair, flats, a, b)
             return
@@ -298,7 +280,7 @@ def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -
 # ---- math namespaces ----------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _math(dtype: str):
     """Scalar math for formulas: numba_math for float32, libm mirroring the reference for float64."""
     from types import SimpleNamespace
@@ -388,7 +370,7 @@ def _math(dtype: str):
 # ---- the formulas -----------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _formulas(dtype: str) -> dict[tuple[str, str], Callable]:
     """One scalar formula per (op, direction): f(x, a, b) or f(dy, x, a, b), dtype in -> dtype out."""
     from numba import njit
@@ -743,12 +725,13 @@ class _LoopPair:
         return self._parallel
 
 
+_LOOP = "def {name}({args}a, b):\n    for i in prange({first}.shape[0]):\n        out[i] = {g}({items}a, b)\n"
 _TEMPLATES = {
-    0: "def {name}(u, v, a, b):\n    acc = 0.0\n    for i in prange(u.shape[0]):\n        acc += {g}(u[i], v[i], a, b)\n"
-       "    return acc\n",
-    1: "def {name}(x, out, a, b):\n    for i in prange(x.shape[0]):\n        out[i] = {g}(x[i], a, b)\n",
-    2: "def {name}(u, v, out, a, b):\n    for i in prange(u.shape[0]):\n        out[i] = {g}(u[i], v[i], a, b)\n",
-    3: "def {name}(u, v, w, out, a, b):\n    for i in prange(u.shape[0]):\n        out[i] = {g}(u[i], v[i], w[i], a, b)\n",
+    0: "def {name}(u, v, a, b):\n    acc = 0.0\n    for i in prange(u.shape[0]):\n"
+    "        acc += {g}(u[i], v[i], a, b)\n    return acc\n",
+    1: _LOOP.replace("{args}", "x, out, ").replace("{first}", "x").replace("{items}", "x[i], "),
+    2: _LOOP.replace("{args}", "u, v, out, ").replace("{first}", "u").replace("{items}", "u[i], v[i], "),
+    3: _LOOP.replace("{args}", "u, v, w, out, ").replace("{first}", "u").replace("{items}", "u[i], v[i], w[i], "),
 }
 
 
@@ -788,7 +771,7 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str):
 _ARITY = {"forward": 1, "backward": 2, "backward_y": 2}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _loops(key: tuple[str, str, str]) -> _LoopPair:
     op, direction, dtype = key
     formulas = _formulas(dtype)

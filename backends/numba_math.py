@@ -26,9 +26,9 @@ tests/test_numba_math.py, which asserts these bounds):
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from types import FunctionType, SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
