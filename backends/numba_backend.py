@@ -750,7 +750,7 @@ def _source_tag() -> str:
     return h.hexdigest()[:10]
 
 
-def _make_loop(g: Callable, arity: int, parallel: bool, tag: str):
+def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool = True):
     """The prange loop around g, compiled with cache=True.
 
     The loop is generated as a module-level function (not a closure) whose
@@ -765,7 +765,7 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str):
     ns[gname] = g
     ns.setdefault("prange", prange)
     exec(compile(_TEMPLATES[arity].format(name=name, g=gname), __file__, "exec"), ns)
-    return njit(parallel=parallel, error_model="numpy", cache=True)(ns[name])
+    return njit(parallel=parallel, error_model="numpy", cache=cache)(ns[name])
 
 
 _ARITY = {"forward": 1, "backward": 2, "backward_y": 2}
