@@ -146,7 +146,7 @@ def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
         (fn, pack), = variants.values()
         pick = lambda p: (fn, pack)  # noqa: E731
     else:  # gelu: exact or tanh
-        pick = lambda p: variants[next(c for c in variants if c.endswith("tanh") == (p.get("approximate") == "tanh"))]  # noqa: E731
+        pick = lambda p: variants[next(c for c in variants if ("tanh" in c) == (p.get("approximate") == "tanh"))]  # noqa: E731
 
     if binary:
         run2 = lib.ma_run_binary

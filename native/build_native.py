@@ -73,6 +73,8 @@ ffibuilder.set_source(
     '#include "ma_native.h"\n#include "ma_kernel_decls.h"\n#include "ma_kernel_table.h"\n',
     sources=[os.path.join(_SRC, f"isa_{isa}.c") for isa in K.isas()] + [os.path.join(_SRC, "ma_runtime.c")],
     include_dirs=[_SRC, _GEN],
+    depends=sorted(os.path.join(_SRC, f) for f in os.listdir(_SRC) if f.endswith((".h", ".inc")))
+    + [os.path.join(_GEN, f) for f in ("ma_kernel_list.h", "ma_kernel_decls.h", "ma_kernel_table.h")],
     extra_compile_args=_cflags,
     extra_link_args=_ldflags,
     libraries=["m"],

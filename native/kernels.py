@@ -42,7 +42,7 @@ SPECIAL = {("prelu", "forward"): "prelu", ("prelu", "backward"): "prelu",
 PARAMS = {
     "leaky_relu": ("negative_slope",), "elu": ("alpha",), "celu": ("alpha",), "swish": ("beta",),
     "hardtanh": ("min_val", "max_val"), "softplus": ("beta", "threshold"), "softshrink": ("lambd",),
-    "hardshrink": ("lambd",), "threshold": ("threshold", "value"),
+    "hardshrink": ("lambd",), "shrink": ("lambd",), "threshold": ("threshold", "value"),
 }
 
 

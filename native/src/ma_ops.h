@@ -261,7 +261,7 @@ static inline V op_mish_grad(V dy, V x, const ma_params *p) {
     V num = VSEL(pos, ONE + (e + e), eK * (e + VSPLAT(2.0f)));
     V tm = num * iD;
     V f = VSEL(pos, e * e, eK); /* scaled only where x < 0 */
-    V u = (((VSPLAT(4.0f) * xc) * (ONE + e)) * f) * (iD * iD);
+    V u = (((xc * f) * VSPLAT(4.0f)) * (ONE + e)) * (iD * iD); /* xc * f first: FLT_MAX * 0 = 0 */
     V g = dy * (tm + u);
     return VSEL(pos, g, g * sc);
 }
