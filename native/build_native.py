@@ -35,7 +35,8 @@ def _write_if_changed(path: str, text: str) -> None:
 
 K = _kernels()
 _write_if_changed(os.path.join(_GEN, "ma_kernel_list.h"), K.x_macro_header())
-_write_if_changed(os.path.join(_GEN, "ma_kernel_decls.h"), "/* Generated from native/kernels.py */\n" + K.declarations())
+_DECLS = "/* Generated from native/kernels.py */\n" + K.declarations()
+_write_if_changed(os.path.join(_GEN, "ma_kernel_decls.h"), _DECLS)
 
 _TABLE_C = "/* Generated from native/kernels.py */\nconst char *ma_kernel_table(void) {\n    return\n" + "".join(
     f'        "{line}\\n"\n' for line in K.table_text().splitlines()
