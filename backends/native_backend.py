@@ -107,9 +107,9 @@ def _packer(names: tuple[str, ...]) -> Callable[[dict], tuple[float, float, floa
 
 
 def _flat(*arrays: np.ndarray) -> tuple[np.ndarray, ...] | None:
-    """1-D views when every array is contiguous in the same memory order, else None."""
+    """The arrays as buffers cffi takes when all are contiguous in the same memory order, else None."""
     if all(a.flags.c_contiguous for a in arrays):
-        return tuple(a.reshape(-1) for a in arrays)
+        return arrays  # C-contiguous arrays of any shape export a flat buffer as they are
     if all(a.flags.f_contiguous for a in arrays):
         return tuple(a.reshape(-1, order="F") for a in arrays)
     return None
@@ -136,52 +136,65 @@ def _blocks(ins: tuple[np.ndarray, ...], out: np.ndarray):
 
 
 def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
+    """A kernel closure: C-contiguous arrays go straight to C (one cffi call); others in blocks."""
     from multiact import get_num_threads
 
     lib, ffi = s["lib"], s["ffi"]
     fb = ffi.from_buffer
     elsize = _ELSIZE[dtype]
     variants = {cname: (ffi.cast("void *", ffi.addressof(lib, sym)), _packer(names)) for cname, sym, _, names in rows}
-    if len(variants) == 1:
-        (fn, pack), = variants.values()
-        pick = lambda p: (fn, pack)  # noqa: E731
-    else:  # gelu: exact or tanh
-        pick = lambda p: variants[next(c for c in variants if ("tanh" in c) == (p.get("approximate") == "tanh"))]  # noqa: E731
+    run = lib.ma_run_binary if binary else lib.ma_run_unary
 
-    if binary:
-        run2 = lib.ma_run_binary
-
-        def k2(u, v, out, p):
-            fn, pack = pick(p)
-            a, b, c, d = pack(p)
-            n = out.size
-            if n == 0:
-                return
-            flat = _flat(u, v, out)
-            if flat is not None:
-                run2(fn, fb(flat[0]), fb(flat[1]), fb(flat[2]), n, elsize, a, b, c, d, get_num_threads())
-                return
-            for (ub, vb), ob in _blocks((u, v), out):
-                run2(fn, fb(ub), fb(vb), fb(ob), ob.size, elsize, a, b, c, d, 1)
-
-        return k2
-
-    run1 = lib.ma_run_unary
-
-    def k1(x, out, p):
-        fn, pack = pick(p)
-        a, b, c, d = pack(p)
-        n = out.size
-        if n == 0:
-            return
-        flat = _flat(x, out)
+    def strided(arrays, out, fn, a, b, c, d):
+        flat = _flat(*arrays, out)  # Fortran order: flat views in memory order
         if flat is not None:
-            run1(fn, fb(flat[0]), fb(flat[1]), n, elsize, a, b, c, d, get_num_threads())
+            run(fn, *(fb(v) for v in flat), out.size, elsize, a, b, c, d, get_num_threads())
             return
-        for (xb,), ob in _blocks((x,), out):
-            run1(fn, fb(xb), fb(ob), ob.size, elsize, a, b, c, d, 1)
+        for blocks, ob in _blocks(arrays, out):
+            run(fn, *(fb(v) for v in blocks), fb(ob), ob.size, elsize, a, b, c, d, 1)
 
-    return k1
+    if len(variants) == 1:
+        ((fn, pack),) = variants.values()
+        const = pack({}) if not rows[0][3] else None
+
+        if binary:
+
+            def k2(u, v, out, p):
+                a, b, c, d = const or pack(p)
+                try:
+                    bu, bv, bo = fb(u), fb(v), fb(out)  # raises unless C-contiguous
+                except ValueError:
+                    return strided((u, v), out, fn, a, b, c, d)
+                if out.size:
+                    run(fn, bu, bv, bo, out.size, elsize, a, b, c, d, get_num_threads())
+
+            return k2
+
+        def k1(x, out, p):
+            a, b, c, d = const or pack(p)
+            try:
+                bx, bo = fb(x), fb(out)  # raises unless C-contiguous
+            except ValueError:
+                return strided((x,), out, fn, a, b, c, d)
+            if out.size:
+                run(fn, bx, bo, out.size, elsize, a, b, c, d, get_num_threads())
+
+        return k1
+
+    by_approx = {("tanh" if "tanh" in cname else "none"): v for cname, v in variants.items()}  # gelu
+
+    def kv(*args):
+        *arrays, out, p = args
+        fn, pack = by_approx[p.get("approximate", "none")]
+        a, b, c, d = pack(p)
+        try:
+            bufs = [fb(v) for v in (*arrays, out)]
+        except ValueError:
+            return strided(tuple(arrays), out, fn, a, b, c, d)
+        if out.size:
+            run(fn, *bufs, out.size, elsize, a, b, c, d, get_num_threads())
+
+    return kv
 
 
 def _channels(x: np.ndarray, weight: np.ndarray, axis: int, order: str) -> tuple[int, int, int]:
