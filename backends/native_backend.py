@@ -3,7 +3,7 @@
 The ISA is chosen once per process: the best one this CPU runs, or MULTIACT_NATIVE_ISA
 (scalar|avx2|neon) to force one.  The kernel table is embedded in the extension (generated
 from native/kernels.py), so this module never guesses a symbol.  Calls release the GIL; large
-contiguous calls are split over OpenMP threads (multiact.get_num_threads()); inputs that are
+contiguous calls are split over a pthread pool (multiact.get_num_threads()); inputs that are
 not contiguous in the same order as `out` are streamed through cache-sized blocks, so an
 in-place call never allocates a result-sized temporary.
 """
@@ -74,7 +74,7 @@ def info() -> dict:
         return {"isa": None}
     from multiact import get_num_threads
 
-    return {"isa": s["isa"], "isas": s["isas"], "openmp": bool(s["lib"].ma_openmp()),
+    return {"isa": s["isa"], "isas": s["isas"], "thread_pool": "pthreads",
             "threads": get_num_threads(), "parallel_min": int(s["lib"].ma_get_parallel_min())}
 
 

@@ -2,7 +2,7 @@
 
 The C kernel list and the cdef are generated from native/kernels.py, the one kernel table.
 Paths are relative to the project root, where setuptools runs this.  Set MULTIACT_NATIVE_DEBUG=1
-for -O1 -g with AddressSanitizer and UBSan, MULTIACT_NATIVE_OPENMP=0 to build without OpenMP.
+for -O1 -g with AddressSanitizer and UBSan, Threads: native/src/ma_pool.c (pthreads).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ _CDEF = """
 const char *ma_kernel_table(void);
 typedef struct ma_params { float a, b, c, d; } ma_params;
 int ma_isa_supported(const char *isa);
-int ma_openmp(void);
+void ma_parallel_for(size_t nchunks, void *body, void *ctx, int nthreads);
+size_t ma_chunks_for(size_t n, int nthreads);
 void ma_set_parallel_min(size_t n);
 size_t ma_get_parallel_min(void);
 void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
@@ -59,20 +60,19 @@ void ma_f32_to_f16(const float *f, uint16_t *h, size_t n);
 """
 
 _debug = os.environ.get("MULTIACT_NATIVE_DEBUG", "") not in ("", "0")
-_openmp = os.environ.get("MULTIACT_NATIVE_OPENMP", "1") != "0" and sys.platform.startswith("linux")
 _cflags = ["-std=gnu11", "-ffp-contract=off", "-fno-math-errno"]
 _cflags += ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"] if _debug else ["-O3"]
 _ldflags = ["-fsanitize=address,undefined"] if _debug else []
-if _openmp:
-    _cflags.append("-fopenmp")
-    _ldflags.append("-fopenmp")
+if os.name == "posix":
+    _cflags.append("-pthread")
+    _ldflags.append("-pthread")
 
 ffibuilder = FFI()
 ffibuilder.cdef(_CDEF + K.declarations())
 ffibuilder.set_source(
     "multiact._native",
     '#include "ma_native.h"\n#include "ma_kernel_decls.h"\n#include "ma_kernel_table.h"\n',
-    sources=[os.path.join(_SRC, f"isa_{isa}.c") for isa in K.isas()] + [os.path.join(_SRC, "ma_runtime.c")],
+    sources=[os.path.join(_SRC, f) for f in [f"isa_{isa}.c" for isa in K.isas()] + ["ma_runtime.c", "ma_pool.c"]],
     include_dirs=[_SRC, _GEN],
     depends=sorted(os.path.join(_SRC, f) for f in os.listdir(_SRC) if f.endswith((".h", ".inc")))
     + [os.path.join(_GEN, f) for f in ("ma_kernel_list.h", "ma_kernel_decls.h", "ma_kernel_table.h")],

@@ -27,5 +27,6 @@ OUT=native/_build/harness_${ISA}_$(basename "$CC")
 STATIC=$([ "$ISA" = neon ] && echo -static || true)
 $CC -O2 -std=gnu11 -ffp-contract=off -fno-math-errno -Wall -Wno-unknown-pragmas $STATIC ${HARNESS_CFLAGS:-} \
     -Inative/src -Inative/_build -DHARNESS_ISA="$ISA" -DHARNESS_TABLE="\"harness_$ISA.h\"" \
-    native/tests/harness.c native/src/isa_scalar.c "native/src/isa_$ISA.c" native/src/ma_runtime.c -lm -o "$OUT"
+    native/tests/harness.c native/src/isa_scalar.c "native/src/isa_$ISA.c" native/src/ma_runtime.c native/src/ma_pool.c \
+    -pthread -lm -o "$OUT"
 "$@" "./$OUT"

@@ -285,3 +285,47 @@ def test_backend_reports_isa_and_float64_is_left_to_others():
     assert nb.supports("gelu", "forward", "float32") and nb.supports("prelu", "param_grad", "float16")
     assert not nb.supports("gelu", "forward", "float64")
     assert not nb.supports("gelu", "backward_y", "float32")
+
+
+def test_pool_under_concurrent_callers_and_for_prelu_and_beta_grad():
+    """Several Python threads calling at once (the GIL is released) all get exact results; the
+    pooled prelu and the chunked beta gradient equal their one-thread runs."""
+    import threading
+
+    isa = ISAS[-1]
+    k = next(k for k in ROWS if k.isa == isa and k.cname == "sigmoid" and k.dtype == "float32")
+    fn = ffi.cast("void *", ffi.addressof(lib, k.symbol))
+    rng = np.random.default_rng(6)
+    xs = [rng.standard_normal(300_001).astype(np.float32) for _ in range(4)]
+    old = lib.ma_get_parallel_min()
+    lib.ma_set_parallel_min(1000)
+    try:
+        outs = [np.empty_like(x) for x in xs]
+
+        def go(i):
+            for _ in range(3):
+                lib.ma_run_unary(fn, ffi.from_buffer(xs[i]), ffi.from_buffer(outs[i]), xs[i].size, 4, 0, 0, 0, 0, 2)
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for x, o in zip(xs, outs, strict=True):
+            np.testing.assert_array_equal(o, _call(k, {}, x))
+        x, dy = xs[0][:280_000].reshape(7, -1).copy(), xs[1][:280_000].reshape(7, -1).copy()
+        w = np.linspace(-1, 1, 7).astype(np.float32)
+        prelu = getattr(lib, f"ma_f32_prelu__{isa}")
+        res = []
+        for nt in (1, 2):
+            y = np.empty_like(x)
+            prelu(ffi.from_buffer("float[]", dy), ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", y),
+                  1, 7, 40_000, ffi.from_buffer("float[]", w), nt)
+            res.append(y)
+        np.testing.assert_array_equal(res[0], res[1])
+        np.testing.assert_array_equal(res[0], np.where(x > 0, dy, dy * w[:, None]))
+        bg = getattr(lib, f"ma_f32_swish_beta_grad__{isa}")
+        b1, b2 = (bg(ffi.from_buffer("float[]", dy), ffi.from_buffer("float[]", x), x.size, 1.3, nt) for nt in (1, 2))
+        assert b1 == b2
+    finally:
+        lib.ma_set_parallel_min(old)

@@ -13,9 +13,13 @@ typedef struct ma_params {
     float a, b, c, d;
 } ma_params;
 
-/* Runtime (ma_runtime.c). */
+/* Runtime (ma_runtime.c, ma_pool.c). */
+typedef void (*ma_chunk_fn)(void *ctx, size_t chunk);
+/* Run body(ctx, 0..nchunks-1) on up to nthreads threads (the caller included). */
+void ma_parallel_for(size_t nchunks, ma_chunk_fn body, void *ctx, int nthreads);
+/* Chunks for n elements on nthreads: 1 below ma_get_parallel_min(), else a few per thread. */
+size_t ma_chunks_for(size_t n, int nthreads);
 int ma_isa_supported(const char *isa);
-int ma_openmp(void);
 void ma_set_parallel_min(size_t n);
 size_t ma_get_parallel_min(void);
 void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,

@@ -11,9 +11,6 @@
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 int ma_isa_supported(const char *isa) {
     if (strcmp(isa, "scalar") == 0) return 1;
@@ -37,61 +34,70 @@ int ma_isa_supported(const char *isa) {
     return 0;
 }
 
-int ma_openmp(void) {
-#ifdef _OPENMP
-    return 1;
-#else
-    return 0;
-#endif
-}
-
 /* Below this many elements a call stays on the calling thread (measured: benchmarks/). */
-static size_t parallel_min = 1u << 17;
+static size_t parallel_min = 1u << 18;
 void ma_set_parallel_min(size_t n) { parallel_min = n; }
 size_t ma_get_parallel_min(void) { return parallel_min; }
 
 typedef void (*unary_fn)(const void *, void *, size_t, const ma_params *);
 typedef void (*binary_fn)(const void *, const void *, void *, size_t, const ma_params *);
 
-/* Thread t's share [lo, hi), cut at multiples of 64 elements (whole cache lines, whole vectors). */
-static void share(size_t n, int t, int nt, size_t *lo, size_t *hi) {
+size_t ma_chunks_for(size_t n, int nthreads) {
+    if (nthreads <= 1 || n < parallel_min) return 1;
+    /* chunks of ~32K elements: a helper preempted mid-chunk holds the call up for one chunk only */
+    size_t c = n / 32768;
+    if (c < (size_t)nthreads) c = (size_t)nthreads;
+    return c > 4096 ? 4096 : c;
+}
+
+/* Chunk i of n elements in c chunks: [lo, hi), cut at multiples of 64 elements. */
+static void cut(size_t n, size_t c, size_t i, size_t *lo, size_t *hi) {
     size_t blocks = (n + 63) / 64;
-    size_t b0 = blocks * (size_t)t / (size_t)nt, b1 = blocks * (size_t)(t + 1) / (size_t)nt;
+    size_t b0 = blocks * i / c, b1 = blocks * (i + 1) / c;
     *lo = b0 * 64 < n ? b0 * 64 : n;
     *hi = b1 * 64 < n ? b1 * 64 : n;
 }
 
+typedef struct {
+    void *fn;
+    const char *u, *v;
+    char *out;
+    size_t n, chunks, elsize;
+    ma_params p;
+} ew_job;
+
+static void unary_chunk(void *ctx, size_t i) {
+    ew_job *j = ctx;
+    size_t lo, hi;
+    cut(j->n, j->chunks, i, &lo, &hi);
+    if (hi > lo) ((unary_fn)j->fn)(j->u + lo * j->elsize, j->out + lo * j->elsize, hi - lo, &j->p);
+}
+
+static void binary_chunk(void *ctx, size_t i) {
+    ew_job *j = ctx;
+    size_t lo, hi, e = j->elsize;
+    cut(j->n, j->chunks, i, &lo, &hi);
+    if (hi > lo) ((binary_fn)j->fn)(j->u + lo * e, j->v + lo * e, j->out + lo * e, hi - lo, &j->p);
+}
+
 void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
                   float a, float b, float c, float d, int nthreads) {
-    const ma_params p = {a, b, c, d};
-    unary_fn f = (unary_fn)fn;
-    if (nthreads <= 1 || n < parallel_min) {
-        f(x, y, n, &p);
+    ew_job j = {fn, x, NULL, y, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d}};
+    if (j.chunks <= 1) {
+        ((unary_fn)fn)(x, y, n, &j.p);
         return;
     }
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int t = 0; t < nthreads; t++) {
-        size_t lo, hi;
-        share(n, t, nthreads, &lo, &hi);
-        if (hi > lo) f((const char *)x + lo * elsize, (char *)y + lo * elsize, hi - lo, &p);
-    }
+    ma_parallel_for(j.chunks, unary_chunk, &j, nthreads);
 }
 
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize,
                    float a, float b, float c, float d, int nthreads) {
-    const ma_params p = {a, b, c, d};
-    binary_fn f = (binary_fn)fn;
-    if (nthreads <= 1 || n < parallel_min) {
-        f(u, v, out, n, &p);
+    ew_job j = {fn, u, v, out, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d}};
+    if (j.chunks <= 1) {
+        ((binary_fn)fn)(u, v, out, n, &j.p);
         return;
     }
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-    for (int t = 0; t < nthreads; t++) {
-        size_t lo, hi;
-        share(n, t, nthreads, &lo, &hi);
-        if (hi > lo)
-            f((const char *)u + lo * elsize, (const char *)v + lo * elsize, (char *)out + lo * elsize, hi - lo, &p);
-    }
+    ma_parallel_for(j.chunks, binary_chunk, &j, nthreads);
 }
 
 void ma_f16_to_f32(const uint16_t *h, float *f, size_t n) {
