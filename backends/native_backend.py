@@ -237,8 +237,9 @@ def _prelu(s: dict, symbol: str, dtype: str, op: str, direction: str) -> Callabl
         w = p["weight"]
         outer, c, inner = _channels(x, w, p["axis"], order)
         w32 = np.ascontiguousarray(w.reshape(-1), dtype=np.float32)
-        fn(ffi.NULL if dy is None else ffi.from_buffer(ct, dy), ffi.from_buffer(ct, x), ffi.from_buffer(ct, out),
-           outer, c, inner, ffi.from_buffer("float[]", w32), get_num_threads())
+        flat = [ffi.from_buffer(ct, a.reshape(-1, order=order)) for a in arrays]  # views in memory order
+        fn(ffi.NULL if dy is None else flat[0], flat[-2], flat[-1], outer, c, inner, ffi.from_buffer("float[]", w32),
+           get_num_threads())
 
     if direction == "forward":
         return lambda x, out, p: run(None, x, out, p)
@@ -258,7 +259,8 @@ def _prelu_weight_grad(s: dict, symbol: str, dtype: str) -> Callable:
         outer, c, inner = _channels(x, w, p["axis"], order)
         acc = np.zeros(c, dtype=np.float64)
         if x.size:
-            fn(ffi.from_buffer(ct, dy), ffi.from_buffer(ct, x), outer, c, inner, ffi.from_buffer("double[]", acc))
+            dyf, xf = (ffi.from_buffer(ct, a.reshape(-1, order=order)) for a in (dy, x))
+            fn(dyf, xf, outer, c, inner, ffi.from_buffer("double[]", acc))
         return acc.reshape(w.shape)
 
     return k

@@ -329,3 +329,34 @@ def test_pool_under_concurrent_callers_and_for_prelu_and_beta_grad():
         assert b1 == b2
     finally:
         lib.ma_set_parallel_min(old)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_prelu_layouts_through_the_backend(dtype):
+    """Fortran order (channels found in reversed memory order), strided (NumPy fallback), in place."""
+    import multiact as ma
+
+    rng = np.random.default_rng(8)
+    base = (rng.standard_normal((4, 6, 5)) * 2).astype(dtype)
+    dy = rng.standard_normal(base.shape).astype(dtype)
+    spec = OPS["prelu"]
+    for axis in (0, 1, 2):
+        w = np.linspace(-0.5, 1.5, base.shape[axis]).astype(dtype)
+        shape = [1] * 3
+        shape[axis] = w.size
+        wb = w.reshape(shape).astype(np.float64)
+        for x in (base, np.asfortranarray(base), base[:, ::-1, :], base.transpose(1, 0, 2).copy().transpose(1, 0, 2)):
+            want = spec.forward(x.astype(np.float64), wb, axis)
+            v = C.compare(ma.prelu(x, w, axis=axis, backend="native"), want, x, spec, "forward")
+            assert v.passed, v.describe()
+            g = ma.prelu_grad(dy, x, w, axis=axis, backend="native")
+            v = C.compare(g, spec.backward(dy.astype(np.float64), x.astype(np.float64), wb, axis), x, spec,
+                          "backward", scale=dy)
+            assert v.passed, v.describe()
+            wg = ma.prelu_weight_grad(dy, x, w, axis=axis, backend="native")
+            np.testing.assert_allclose(wg.astype(np.float64), spec.param_grad[1](
+                dy.astype(np.float64), x.astype(np.float64), w, axis), rtol=2e-3, atol=1e-2)
+            inplace = x.copy(order="K")
+            ma.prelu(inplace, w, axis=axis, out=inplace, backend="native")
+            v = C.compare(inplace, want, x, spec, "forward")
+            assert v.passed, v.describe()
