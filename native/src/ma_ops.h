@@ -103,16 +103,29 @@ static inline V op_celu_grad_y(V dy, V y, const ma_params *p) {
     V sc;                                                     \
     V eK = ma_expneg_k(-ma_abs(z), &sc);                      \
     V inv = ONE / (ONE + eK * sc)
+/* The same for z + zlo, zlo a correction below ulp(z) (z computed in double and split). */
+#define MA_SIG_PARTS2(z, zlo, eK, sc, inv)                                        \
+    V sc;                                                                         \
+    V eK = ma_expneg_k2(-ma_abs(z), VSEL((z) < ZERO, (zlo), -(zlo)), &sc);         \
+    V inv = ONE / (ONE + eK * sc)
 
 static inline V op_sigmoid(V x, const ma_params *p) {
     (void)p;
     MA_SIG_PARTS(x, eK, sc, inv);
     return VSEL(x >= ZERO, inv, (eK * inv) * sc);
 }
-static inline V op_sigmoid_grad(V dy, V x, const ma_params *p) {
+/* 1 / (1 + e)^2 for e in [0, 1] with 1 + e carried exactly (d + c): about 1 ULP. */
+static inline V ma_inv_sq_1pe(V e) {
+    V d = ONE + e;
+    V c = e - (d - ONE);
+    V r = ONE / (d * d);
+    return r - (VSPLAT(2.0f) * c) * (r / d);
+}
+static inline V op_sigmoid_grad(V dy, V x, const ma_params *p) { /* dy e / (1 + e)^2 */
     (void)p;
-    MA_SIG_PARTS(x, eK, sc, inv);
-    return (dy * ((eK * inv) * inv)) * sc;
+    V sc;
+    V eK = ma_expneg_k(-ma_abs(x), &sc);
+    return (dy * (eK * ma_inv_sq_1pe(eK * sc))) * sc;
 }
 static inline V op_sigmoid_grad_y(V dy, V y, const ma_params *p) { (void)p; return dy * (y * (ONE - y)); }
 static inline V op_logsigmoid(V x, const ma_params *p) {
@@ -131,8 +144,7 @@ static inline V op_tanh_grad(V dy, V x, const ma_params *p) { /* dy * 4e / (1 + 
     (void)p;
     V sc;
     V eK = ma_expneg_k(VSPLAT(-2.0f) * ma_abs(x), &sc);
-    V inv = ONE / (ONE + eK * sc);
-    return (dy * ((VSPLAT(4.0f) * eK) * (inv * inv))) * sc;
+    return (dy * ((VSPLAT(4.0f) * eK) * ma_inv_sq_1pe(eK * sc))) * sc;
 }
 static inline V op_tanh_grad_y(V dy, V y, const ma_params *p) { (void)p; return dy * ((ONE - y) * (ONE + y)); }
 static inline V op_softplus(V x, const ma_params *p) {
@@ -165,15 +177,15 @@ static inline V op_softsign_grad(V dy, V x, const ma_params *p) {
 
 /* ---- x * sigmoid(z) family: silu, swish, fast_gelu, gelu(tanh) ---- */
 /* x * sigmoid(z) */
-static inline V ma_gate_fwd(V x, V z) {
-    MA_SIG_PARTS(z, eK, sc, inv);
+static inline V ma_gate_fwd(V x, V z, V zlo) {
+    MA_SIG_PARTS2(z, zlo, eK, sc, inv);
     VM neg = z < ZERO;
     V sm = VSEL(neg, eK * inv, inv);
     return GATED(x, sm) * VSEL(neg, sc, ONE);
 }
 /* dy * (s + ((xc * s) * sn) * k), s = sigmoid(z), sn = sigmoid(-z): one of s, sn carries sc. */
-static inline V ma_gate_grad(V dy, V xc, V z, V k) {
-    MA_SIG_PARTS(z, eK, sc, inv);
+static inline V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
+    MA_SIG_PARTS2(z, zlo, eK, sc, inv);
     VM neg = z < ZERO;
     V small = eK * inv;
     V sm = VSEL(neg, small, inv), snm = VSEL(neg, inv, small);
@@ -182,35 +194,46 @@ static inline V ma_gate_grad(V dy, V xc, V z, V k) {
     V g = dy * a;
     return VSEL(neg, g * sc, g);
 }
-static inline V op_swish(V x, const ma_params *p) { return ma_gate_fwd(x, ma_finite(x) * VSPLAT(p->a)); }
+static inline V op_swish(V x, const ma_params *p) { return ma_gate_fwd(x, ma_finite(x) * VSPLAT(p->a), ZERO); }
 static inline V op_swish_grad(V dy, V x, const ma_params *p) {
     V xc = ma_finite(x);
-    return ma_gate_grad(dy, xc, xc * VSPLAT(p->a), VSPLAT(p->a));
+    return ma_gate_grad(dy, xc, xc * VSPLAT(p->a), ZERO, VSPLAT(p->a));
 }
-static inline V op_silu(V x, const ma_params *p) { (void)p; return ma_gate_fwd(x, ma_finite(x)); }
+static inline V op_silu(V x, const ma_params *p) { (void)p; return ma_gate_fwd(x, ma_finite(x), ZERO); }
 static inline V op_silu_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V xc = ma_finite(x);
-    return ma_gate_grad(dy, xc, xc, ONE);
+    return ma_gate_grad(dy, xc, xc, ZERO, ONE);
 }
-static inline V op_fast_gelu(V x, const ma_params *p) { (void)p; return ma_gate_fwd(x, ma_finite(x) * VSPLAT(1.702f)); }
+static inline V op_fast_gelu(V x, const ma_params *p) {
+    (void)p;
+    return ma_gate_fwd(x, ma_finite(x) * VSPLAT(1.702f), ZERO);
+}
 static inline V op_fast_gelu_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V xc = ma_finite(x);
-    return ma_gate_grad(dy, xc, xc * VSPLAT(1.702f), VSPLAT(1.702f));
+    return ma_gate_grad(dy, xc, xc * VSPLAT(1.702f), ZERO, VSPLAT(1.702f));
 }
-static inline V ma_gelu_tanh_z(V xc) {
-    return VSPLAT(GELU_TANH_2K) * (xc + VSPLAT(GELU_TANH_C) * (xc * xc * xc));
+/* z = 2k (x + c x^3) in double, split into z + zlo: several float roundings of z would cost
+ * |z| ULPs each in the e^z tail (x < -9). */
+static inline V ma_gelu_tanh_z(V xc, V *zlo) {
+    VD xd = V2D(xc);
+    VD zd = (2.0 * 0.7978845608028654) * (xd + 0.044715 * (xd * xd * xd));
+    V z = D2V(zd);
+    *zlo = D2V(zd - V2D(z));
+    return z;
 }
 static inline V op_gelu_tanh(V x, const ma_params *p) {
     (void)p;
-    return ma_gate_fwd(x, ma_gelu_tanh_z(ma_clampv(x, -1e5f, 1e5f)));
+    V zlo, z = ma_gelu_tanh_z(ma_clampv(x, -1e5f, 1e5f), &zlo);
+    return ma_gate_fwd(x, z, zlo);
 }
 static inline V op_gelu_tanh_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V xc = ma_clampv(x, -1e5f, 1e5f);
     V dz = VSPLAT(GELU_TANH_2K) * (ONE + VSPLAT(3.0f * GELU_TANH_C) * (xc * xc));
-    return ma_gate_grad(dy, xc, ma_gelu_tanh_z(xc), dz);
+    V zlo, z = ma_gelu_tanh_z(xc, &zlo);
+    return ma_gate_grad(dy, xc, z, zlo, dz);
 }
 
 /* ---- gelu (erf): x * Phi(x) ---- */

@@ -37,6 +37,9 @@ typedef int VM;
 static inline VI v_as_i(V v) { VI i; memcpy(&i, &v, 4); return i; }
 static inline V i_as_v(VI i) { V v; memcpy(&v, &i, 4); return v; }
 static inline VI vi_sar1(VI i) { return (VI)((int32_t)i >> 1); }
+typedef double VD;
+#define V2D(v) ((double)(v))
+#define D2V(d) ((float)(d))
 
 #elif defined(MA_ISA_AVX2)
 
@@ -61,6 +64,9 @@ typedef int32_t VM __attribute__((vector_size(32)));
 #define v_as_i(v) ((VI)(v))
 #define i_as_v(i) ((V)(i))
 #define vi_sar1(i) ((VI)(((VM)(i)) >> 1))
+typedef double VD __attribute__((vector_size(64)));
+#define V2D(v) __builtin_convertvector((v), VD)
+#define D2V(d) __builtin_convertvector((d), V)
 
 #elif defined(MA_ISA_NEON)
 
@@ -84,6 +90,9 @@ typedef int32_t VM __attribute__((vector_size(16)));
 #define v_as_i(v) ((VI)(v))
 #define i_as_v(i) ((V)(i))
 #define vi_sar1(i) ((VI)(((VM)(i)) >> 1))
+typedef double VD __attribute__((vector_size(32)));
+#define V2D(v) __builtin_convertvector((v), VD)
+#define D2V(d) __builtin_convertvector((d), V)
 
 #else
 #error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON"
