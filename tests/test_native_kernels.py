@@ -360,3 +360,36 @@ def test_prelu_layouts_through_the_backend(dtype):
             ma.prelu(inplace, w, axis=axis, out=inplace, backend="native")
             v = C.compare(inplace, want, x, spec, "forward")
             assert v.passed, v.describe()
+
+
+DENSE_OPS = ("gelu", "gelu_tanh", "fast_gelu", "silu", "swish", "mish", "sigmoid", "logsigmoid", "tanh", "softplus",
+             "tanhshrink", "elu", "selu", "celu", "softsign")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_dense_grid_float32(isa):
+    """The transcendental kernels on 60K points: a fine sweep of [-16, 12] and magnitudes 1e-30..1e30."""
+    lin = np.linspace(-16, 12, 40_001)
+    mags = np.logspace(-30, 30, 10_000)
+    grid = np.concatenate([lin, mags, -mags]).astype(np.float32)
+    dy = np.random.default_rng(3).standard_normal(grid.size).astype(np.float32)
+    for k in ROWS:
+        if k.isa != isa or k.dtype != "float32" or k.direction == "backward_y":
+            continue
+        base = k.cname[:-5] if k.cname.endswith("_grad") else k.cname
+        if base not in DENSE_OPS:
+            continue
+        for p in _params(k):
+            v = _check(k, p, _run(k, p, grid, dy), grid, dy)
+            assert v.passed, f"{k.symbol} {p}: {v.describe()}"
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_every_float16_value_forward(isa):
+    """All 65536 half inputs through every forward kernel: computed in float32, rounded once."""
+    x = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    for k in ROWS:
+        if k.isa == isa and k.dtype == "float16" and k.direction == "forward":
+            p = _params(k)[0]
+            v = _check(k, p, _run(k, p, x, x), x, x)
+            assert v.passed, f"{k.symbol} {p}: {v.describe()}"
