@@ -24,7 +24,7 @@
 #define MA_FLT_MAX 3.40282347e+38f
 
 /* expm1(r) = r + r^2 P(r) on |r| <= 0.36: 1.06 ULP. */
-static inline V ma_em1_poly(V r) {
+MA_INLINE V ma_em1_poly(V r) {
     V p = VSPLAT(1.389421988e-03f);
     p = VFMA(p, r, VSPLAT(8.365479298e-03f));
     p = VFMA(p, r, VSPLAT(4.166698828e-02f));
@@ -42,16 +42,16 @@ static inline V ma_em1_poly(V r) {
         r = ((x) - nf * VSPLAT(MA_LN2_HI)) - nf * VSPLAT(MA_LN2_LO); \
     } while (0)
 
-static inline V ma_pow2i(VI n) { return i_as_v((n + 127u) << 23); } /* n in [-126, 127] */
+MA_INLINE V ma_pow2i(VI n) { return i_as_v((n + 127u) << 23); } /* n in [-126, 127] */
 
-static inline V ma_clampv(V x, float lo, float hi) {
+MA_INLINE V ma_clampv(V x, float lo, float hi) {
     x = VSEL(x < VSPLAT(lo), VSPLAT(lo), x); /* NaN compares false: stays NaN */
     return VSEL(x > VSPLAT(hi), VSPLAT(hi), x);
 }
 
 /* e^(u + lo) for u <= 0 (lo a tiny correction, |lo| << ulp(u)), scaled as described above.
  * Error 1.5 ULP.  u = -inf or u < -132 gives eK = 0. */
-static inline V ma_expneg_k2(V u, V lo, V *sc) {
+MA_INLINE V ma_expneg_k2(V u, V lo, V *sc) {
     VM big = u < VSPLAT(-80.0f);
     V nf, r;
     VI n;
@@ -63,10 +63,10 @@ static inline V ma_expneg_k2(V u, V lo, V *sc) {
     return VSEL(u < VSPLAT(-132.0f), VSPLAT(0.0f), eK);
 }
 
-static inline V ma_expneg_k(V u, V *sc) { return ma_expneg_k2(u, VSPLAT(0.0f), sc); }
+MA_INLINE V ma_expneg_k(V u, V *sc) { return ma_expneg_k2(u, VSPLAT(0.0f), sc); }
 
 /* e^x for any x: overflow to inf above 88.72, gradual underflow below -87.3.  1.5 ULP. */
-static inline V ma_exp(V x) {
+MA_INLINE V ma_exp(V x) {
     V xc = ma_clampv(x, -104.0f, 89.0f);
     V nf, r;
     VI n;
@@ -77,7 +77,7 @@ static inline V ma_exp(V x) {
 }
 
 /* e^x - 1 for any x, accurate near 0 (no cancellation): 2 ULP. */
-static inline V ma_expm1(V x) {
+MA_INLINE V ma_expm1(V x) {
     V xc = ma_clampv(x, -30.0f, 89.0f);
     V nf, r;
     VI n;
@@ -88,7 +88,7 @@ static inline V ma_expm1(V x) {
 }
 
 /* log1p(u) for u in [0, 1] (and NaN): 2 atanh(s), s = u / (2 + u).  1.8 ULP; log1p(u) = u for tiny u. */
-static inline V ma_log1p01(V u) {
+MA_INLINE V ma_log1p01(V u) {
     V s = u / (VSPLAT(2.0f) + u);
     V w = s * s;
     V p = VSPLAT(2.332942486e-01f);
@@ -99,14 +99,14 @@ static inline V ma_log1p01(V u) {
     return VFMA(s * w, p, s + s);
 }
 
-static inline V ma_abs(V x) { return i_as_v(v_as_i(x) & 0x7fffffffu); }
-static inline V ma_copysign(V mag, V sgn) { return i_as_v((v_as_i(mag) & 0x7fffffffu) | (v_as_i(sgn) & 0x80000000u)); }
-static inline VM ma_isnan(V x) { return x != x; }
+MA_INLINE V ma_abs(V x) { return i_as_v(v_as_i(x) & 0x7fffffffu); }
+MA_INLINE V ma_copysign(V mag, V sgn) { return i_as_v((v_as_i(mag) & 0x7fffffffu) | (v_as_i(sgn) & 0x80000000u)); }
+MA_INLINE VM ma_isnan(V x) { return x != x; }
 /* +-inf to +-FLT_MAX, NaN kept: stops inf * 0 where a factor underflows to 0. */
-static inline V ma_finite(V x) { return ma_clampv(x, -MA_FLT_MAX, MA_FLT_MAX); }
+MA_INLINE V ma_finite(V x) { return ma_clampv(x, -MA_FLT_MAX, MA_FLT_MAX); }
 
 /* tanh: |x| < 0.625: x + x^3 Q(x^2) (0.76 ULP); else sign(x) (1 - e) / (1 + e), e = e^-2|x| (2 ULP). */
-static inline V ma_tanh(V x) {
+MA_INLINE V ma_tanh(V x) {
     V a = ma_abs(x);
     V x2 = x * x;
     V q = VSPLAT(2.292536199e-03f);
@@ -124,7 +124,7 @@ static inline V ma_tanh(V x) {
 
 /* erfc(a) * e^(a^2) / ... : for a >= 0, erfc(a) = e^(-a^2) G(t) / (1 + 2a), t = (a - 2) / (a + 2).
  * Returns q = G(t) / (1 + 2a); 2.4 ULP before the exponential factor. */
-static inline V ma_erfc_q(V a) {
+MA_INLINE V ma_erfc_q(V a) {
     V t = (a - VSPLAT(2.0f)) / (a + VSPLAT(2.0f));
     V g = VSPLAT(-7.564637599e-06f);
     g = VFMA(g, t, VSPLAT(-2.767621118e-05f));
@@ -145,7 +145,7 @@ static inline V ma_erfc_q(V a) {
 }
 
 /* x*x = h + l exactly (Dekker's split; no FMA needed).  Valid for |x| < 1e19. */
-static inline V ma_sq_lo(V x, V h) {
+MA_INLINE V ma_sq_lo(V x, V h) {
     V c = x * VSPLAT(4097.0f);
     V hi = c - (c - x);
     V lo = x - hi;
@@ -154,7 +154,7 @@ static inline V ma_sq_lo(V x, V h) {
 
 /* The standard normal at x, for gelu: cdf and pdf sharing e^(-x^2/2) (scaled by sc).
  * left: x <= 0, where cdf = cdfK * sc; elsewhere cdf = 1 - (cdfK * sc) is returned as cdf_right. */
-static inline void ma_normal_parts(V x, V *cdfK, V *pdfK, V *sc) {
+MA_INLINE void ma_normal_parts(V x, V *cdfK, V *pdfK, V *sc) {
     V xc = ma_clampv(x, -1e5f, 1e5f);
     V h = xc * xc;
     V l = ma_sq_lo(xc, h);

@@ -15,6 +15,9 @@
 
 #include "ma_half.h"
 
+/* The math and op bodies must inline into the loops: a call passes vectors through memory. */
+#define MA_INLINE static inline __attribute__((always_inline))
+
 #if defined(MA_ISA_SCALAR)
 
 #define MA_ISA_NAME scalar
