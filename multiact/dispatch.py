@@ -28,11 +28,14 @@ def _kind(a: Any) -> str:
 
 
 def _same_kind(op: str, named: dict[str, Any]) -> str:
-    kinds = {name: _kind(a) for name, a in named.items() if a is not None}
-    if len(set(kinds.values())) > 1:
-        desc = ", ".join(f"{n} is {_arrays.library_of(named[n])}" for n in kinds)
-        raise TypeError(f"{op}(): arrays must live on the same device and library: {desc}")
-    return next(iter(kinds.values()))
+    """The one array kind of a call; mixed libraries or devices are a TypeError naming them."""
+    raw = {name: _arrays.kind_of(a) for name, a in named.items() if a is not None}
+    libs = {k for k in raw.values() if k != "other"}  # lists and floats go with anything on the host
+    if len(libs) > 1 or (not libs <= set(_HOST_KINDS) and "other" in raw.values()):
+        desc = ", ".join(f"{n} is {_arrays.library_of(named[n])}" for n in raw)
+        raise TypeError(f"{op}(): arrays must come from one library on one device: {desc}")
+    k = next(iter(libs), "numpy")
+    return "numpy" if k in _HOST_KINDS else k
 
 
 def _host(op: str, named: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -258,11 +261,14 @@ def call(
         res = _run(mod, kernel, spec, direction, dtype, ins, p)
         if spec.name == "prelu":
             return _arrays.wrap_like(np.asarray(res).astype(weight_in.dtype).reshape(weight_in.shape), named["x"])
-        return like.dtype.type(res)
+        with np.errstate(over="ignore"):  # a float16 sum beyond 65504 is inf, as NumPy would say
+            return like.dtype.type(res)
     if out is None:
         res = np.empty_like(like)
     else:
-        res = _arrays.as_host_array(out, f"{op}(): out")
+        if not (isinstance(out, np.ndarray) or _arrays.kind_of(out) == "torch"):
+            raise TypeError(f"{op}(): out must be an array to write into, got {type(out).__name__}")
+        res = _arrays.as_host_array(out, f"{op}(): out", writeable=True)
         _check_out(op, res, arrs, like)
     _run(mod, kernel, spec, direction, dtype, ins + (res,), p)
     if out is not None:
