@@ -45,7 +45,7 @@ _write_if_changed(os.path.join(_GEN, "ma_kernel_table.h"), _TABLE_C)
 
 _CDEF = """
 const char *ma_kernel_table(void);
-typedef struct ma_params { float a, b, c, d; } ma_params;
+typedef struct ma_params { float a, b, c, d; int stream; } ma_params;
 int ma_isa_supported(const char *isa);
 void ma_parallel_for(size_t nchunks, void *body, void *ctx, int nthreads);
 size_t ma_chunks_for(size_t n, int nthreads);

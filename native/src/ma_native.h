@@ -11,6 +11,7 @@
  *   softplus a=beta b=threshold; softshrink, hardshrink a=lambd; threshold a=threshold b=value. */
 typedef struct ma_params {
     float a, b, c, d;
+    int stream; /* set by ma_run_*: the whole call is larger than the caches (non-temporal stores) */
 } ma_params;
 
 /* Runtime (ma_runtime.c, ma_pool.c). */

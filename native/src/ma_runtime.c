@@ -34,6 +34,9 @@ int ma_isa_supported(const char *isa) {
     return 0;
 }
 
+/* Results larger than this skip the caches (streaming stores): they would only evict the inputs. */
+#define MA_STREAM_BYTES ((size_t)8 << 20)
+
 /* Below this many elements a call stays on the calling thread (measured: benchmarks/). */
 static size_t parallel_min = 1u << 18;
 void ma_set_parallel_min(size_t n) { parallel_min = n; }
@@ -82,7 +85,7 @@ static void binary_chunk(void *ctx, size_t i) {
 
 void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
                   float a, float b, float c, float d, int nthreads) {
-    ew_job j = {fn, x, NULL, y, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d}};
+    ew_job j = {fn, x, NULL, y, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
         ((unary_fn)fn)(x, y, n, &j.p);
         return;
@@ -92,7 +95,7 @@ void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
 
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize,
                    float a, float b, float c, float d, int nthreads) {
-    ew_job j = {fn, u, v, out, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d}};
+    ew_job j = {fn, u, v, out, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
         ((binary_fn)fn)(u, v, out, n, &j.p);
         return;

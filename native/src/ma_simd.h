@@ -67,6 +67,11 @@ typedef int32_t VM __attribute__((vector_size(32)));
 #define v_as_i(v) ((VI)(v))
 #define i_as_v(i) ((V)(i))
 #define vi_sar1(i) ((VI)(((VM)(i)) >> 1))
+/* non-temporal stores: f32 needs 32-byte, f16 16-byte aligned addresses */
+#define MA_HAVE_STREAM 1
+#define VSTREAM(p, v) _mm256_stream_ps((p), (__m256)(v))
+#define VSTREAM_H(p, v) _mm_stream_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
+#define MA_STREAM_FENCE() _mm_sfence()
 typedef double VD __attribute__((vector_size(64)));
 #define V2D(v) __builtin_convertvector((v), VD)
 #define D2V(d) __builtin_convertvector((d), V)
