@@ -1,0 +1,289 @@
+"""The `native` backend: C kernels (scalar, AVX2+FMA+F16C, NEON) built by cffi into multiact._native.
+
+The ISA is chosen once per process: the best one this CPU runs, or MULTIACT_NATIVE_ISA
+(scalar|avx2|neon) to force one.  The kernel table is embedded in the extension (generated
+from native/kernels.py), so this module never guesses a symbol.  Calls release the GIL; large
+contiguous calls are split over a pthread pool (multiact.get_num_threads()); inputs that are
+not contiguous in the same order as `out` are streamed through cache-sized blocks, so an
+in-place call never allocates a result-sized temporary.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+NAME = "native"
+PRIORITY = 30
+KINDS = ("numpy",)
+
+ISA_ENV = "MULTIACT_NATIVE_ISA"
+_PREFERENCE = ("avx2", "neon", "scalar")  # best first
+_BLOCK = 1 << 14
+_ELSIZE = {"float32": 4, "float16": 2}
+_CTYPE = {"float32": "float[]", "float16": "uint16_t[]"}
+
+_state: dict[str, Any] = {}
+
+
+def _load() -> dict[str, Any]:
+    """Import the extension, pick the ISA and parse the kernel table (once; never raises)."""
+    if _state:
+        return _state
+    try:
+        from multiact import _native
+    except ImportError as e:
+        _state.update(ok=False, why=f"the C extension multiact._native is not built ({e}); reinstall multiact "
+                                    "with a C compiler and cffi (pip install -e . builds it)")
+        return _state
+    lib, ffi = _native.lib, _native.ffi
+    rows = [line.split() for line in ffi.string(lib.ma_kernel_table()).decode().splitlines()]
+    built = sorted({r[3] for r in rows}, key=_PREFERENCE.index)
+    runs = [isa for isa in built if lib.ma_isa_supported(isa.encode())]
+    forced = os.environ.get(ISA_ENV, "").strip().lower()
+    if forced:
+        if forced not in runs:
+            why = "is not built into this extension" if forced not in built else "is not supported by this CPU"
+            _state.update(ok=False, why=f"{ISA_ENV}={forced!r} {why}; this machine runs: {', '.join(runs)}")
+            return _state
+        isa = forced
+    else:
+        isa = runs[0]
+    table = {}
+    for op, direction, dtype, row_isa, cname, symbol, signature, params in rows:
+        if row_isa == isa:
+            table.setdefault((op, direction, dtype), []).append(
+                (cname, symbol, signature, () if params == "-" else tuple(params.split(",")))
+            )
+    _state.update(ok=True, why=f"C kernels, {isa}" + (" (forced)" if forced else ""), lib=lib, ffi=ffi, isa=isa,
+                  isas=runs, table=table)
+    return _state
+
+
+def available() -> tuple[bool, str]:
+    s = _load()
+    return s["ok"], s["why"]
+
+
+def info() -> dict:
+    s = _load()
+    if not s["ok"]:
+        return {"isa": None}
+    from multiact import get_num_threads
+
+    return {"isa": s["isa"], "isas": s["isas"], "thread_pool": "pthreads",
+            "threads": get_num_threads(), "parallel_min": int(s["lib"].ma_get_parallel_min())}
+
+
+def supports(op: str, direction: str, dtype: str) -> bool:
+    s = _load()
+    return s["ok"] and (op, direction, dtype) in s["table"]
+
+
+def kernel(op: str, direction: str, dtype: str) -> Callable:
+    s = _load()
+    if not s["ok"]:
+        raise RuntimeError(f"native backend unavailable: {s['why']}")
+    rows = s["table"].get((op, direction, dtype))
+    if not rows:
+        raise NotImplementedError(f"native has no {op} {direction} kernel for {dtype}")
+    signature = rows[0][2]
+    if signature in ("unary", "binary"):
+        return _elementwise(s, rows, dtype, signature == "binary")
+    if signature == "prelu":
+        return _prelu(s, rows[0][1], dtype, op, direction)
+    if signature == "prelu_weight_grad":
+        return _prelu_weight_grad(s, rows[0][1], dtype)
+    return _swish_beta_grad(s, rows[0][1], dtype)
+
+
+def _packer(names: tuple[str, ...]) -> Callable[[dict], tuple[float, float, float, float]]:
+    if not names:
+        return lambda p: (0.0, 0.0, 0.0, 0.0)
+    return lambda p: (*(float(p[n]) for n in names), *(0.0,) * (4 - len(names)))
+
+
+def _flat(*arrays: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """The arrays as buffers cffi takes when all are contiguous in the same memory order, else None."""
+    if all(a.flags.c_contiguous for a in arrays):
+        return arrays  # C-contiguous arrays of any shape export a flat buffer as they are
+    if all(a.flags.f_contiguous for a in arrays):
+        return tuple(a.reshape(-1, order="F") for a in arrays)
+    return None
+
+
+def _blocks(ins: tuple[np.ndarray, ...], out: np.ndarray):
+    """(contiguous input blocks, out block) pairs; out blocks that are strided get a small buffer."""
+    it = np.nditer(
+        (*ins, out),
+        flags=["external_loop", "buffered", "zerosize_ok", "grow_inner"],
+        op_flags=[["readonly"]] * len(ins) + [["writeonly"]],
+        buffersize=_BLOCK,
+    )
+    with it:
+        for chunk in it:
+            *blocks, ob = chunk
+            blocks = [np.ascontiguousarray(b) for b in blocks]
+            if ob.flags.c_contiguous:
+                yield blocks, ob
+            else:
+                tmp = np.empty(ob.shape, ob.dtype)
+                yield blocks, tmp
+                ob[...] = tmp
+
+
+def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
+    """A kernel closure: C-contiguous arrays go straight to C (one cffi call); others in blocks."""
+    from multiact import get_num_threads
+
+    lib, ffi = s["lib"], s["ffi"]
+    fb = ffi.from_buffer
+    elsize = _ELSIZE[dtype]
+    variants = {cname: (ffi.cast("void *", ffi.addressof(lib, sym)), _packer(names)) for cname, sym, _, names in rows}
+    run = lib.ma_run_binary if binary else lib.ma_run_unary
+
+    def strided(arrays, out, fn, a, b, c, d):
+        flat = _flat(*arrays, out)  # Fortran order: flat views in memory order
+        if flat is not None:
+            run(fn, *(fb(v) for v in flat), out.size, elsize, a, b, c, d, get_num_threads())
+            return
+        for blocks, ob in _blocks(arrays, out):
+            run(fn, *(fb(v) for v in blocks), fb(ob), ob.size, elsize, a, b, c, d, 1)
+
+    if len(variants) == 1:
+        ((fn, pack),) = variants.values()
+        const = pack({}) if not rows[0][3] else None
+
+        if binary:
+
+            def k2(u, v, out, p):
+                a, b, c, d = const or pack(p)
+                try:
+                    bu, bv, bo = fb(u), fb(v), fb(out)  # raises unless C-contiguous
+                except ValueError:
+                    return strided((u, v), out, fn, a, b, c, d)
+                if out.size:
+                    run(fn, bu, bv, bo, out.size, elsize, a, b, c, d, get_num_threads())
+
+            return k2
+
+        def k1(x, out, p):
+            a, b, c, d = const or pack(p)
+            try:
+                bx, bo = fb(x), fb(out)  # raises unless C-contiguous
+            except ValueError:
+                return strided((x,), out, fn, a, b, c, d)
+            if out.size:
+                run(fn, bx, bo, out.size, elsize, a, b, c, d, get_num_threads())
+
+        return k1
+
+    by_approx = {("tanh" if "tanh" in cname else "none"): v for cname, v in variants.items()}  # gelu
+
+    def kv(*args):
+        *arrays, out, p = args
+        fn, pack = by_approx[p.get("approximate", "none")]
+        a, b, c, d = pack(p)
+        try:
+            bufs = [fb(v) for v in (*arrays, out)]
+        except ValueError:
+            return strided(tuple(arrays), out, fn, a, b, c, d)
+        if out.size:
+            run(fn, *bufs, out.size, elsize, a, b, c, d, get_num_threads())
+
+    return kv
+
+
+def _channels(x: np.ndarray, weight: np.ndarray, axis: int, order: str) -> tuple[int, int, int]:
+    """(outer, channels, inner) of x's memory around the channel axis."""
+    if weight.size == 1:
+        return 1, 1, x.size
+    shape = x.shape if order == "C" else x.shape[::-1]
+    ax = axis if order == "C" else x.ndim - 1 - axis
+    return int(np.prod(shape[:ax], dtype=np.int64)), shape[ax], int(np.prod(shape[ax + 1:], dtype=np.int64))
+
+
+def _order(*arrays: np.ndarray) -> str | None:
+    if all(a.flags.c_contiguous for a in arrays):
+        return "C"
+    if all(a.flags.f_contiguous for a in arrays):
+        return "F"
+    return None
+
+
+def _numpy_fallback(op: str, direction: str, dtype: str) -> Callable:
+    from multiact.backends import numpy_backend
+
+    return numpy_backend.kernel(op, direction, dtype)
+
+
+def _prelu(s: dict, symbol: str, dtype: str, op: str, direction: str) -> Callable:
+    from multiact import get_num_threads
+
+    lib, ffi = s["lib"], s["ffi"]
+    fn, ct = getattr(lib, symbol), _CTYPE[dtype]
+    fallback = _numpy_fallback(op, direction, dtype)
+
+    def run(dy, x, out, p):
+        if out.size == 0:
+            return
+        arrays = (x, out) if dy is None else (dy, x, out)
+        order = _order(*arrays)
+        if order is None:
+            return fallback(*arrays, p)
+        w = p["weight"]
+        outer, c, inner = _channels(x, w, p["axis"], order)
+        w32 = np.ascontiguousarray(w.reshape(-1), dtype=np.float32)
+        flat = [ffi.from_buffer(ct, a.reshape(-1, order=order)) for a in arrays]  # views in memory order
+        fn(ffi.NULL if dy is None else flat[0], flat[-2], flat[-1], outer, c, inner, ffi.from_buffer("float[]", w32),
+           get_num_threads())
+
+    if direction == "forward":
+        return lambda x, out, p: run(None, x, out, p)
+    return run
+
+
+def _prelu_weight_grad(s: dict, symbol: str, dtype: str) -> Callable:
+    lib, ffi = s["lib"], s["ffi"]
+    fn, ct = getattr(lib, symbol), _CTYPE[dtype]
+    fallback = _numpy_fallback("prelu", "param_grad", dtype)
+
+    def k(dy, x, p):
+        w = p["weight"]
+        order = _order(dy, x)
+        if order is None:
+            return fallback(dy, x, p)
+        outer, c, inner = _channels(x, w, p["axis"], order)
+        acc = np.zeros(c, dtype=np.float64)
+        if x.size:
+            dyf, xf = (ffi.from_buffer(ct, a.reshape(-1, order=order)) for a in (dy, x))
+            fn(dyf, xf, outer, c, inner, ffi.from_buffer("double[]", acc))
+        return acc.reshape(w.shape)
+
+    return k
+
+
+def _swish_beta_grad(s: dict, symbol: str, dtype: str) -> Callable:
+    from multiact import get_num_threads
+
+    lib, ffi = s["lib"], s["ffi"]
+    fn, ct = getattr(lib, symbol), _CTYPE[dtype]
+
+    def k(dy, x, p):
+        beta = float(np.float32(p["beta"]))
+        flat = _flat(dy, x)
+        if flat is not None:
+            return float(fn(ffi.from_buffer(ct, flat[0]), ffi.from_buffer(ct, flat[1]), x.size, beta,
+                            get_num_threads()))
+        total = 0.0
+        it = np.nditer((dy, x), flags=["external_loop", "buffered", "zerosize_ok"], buffersize=_BLOCK)
+        with it:
+            for db, xb in it:
+                db, xb = np.ascontiguousarray(db), np.ascontiguousarray(xb)
+                total += float(fn(ffi.from_buffer(ct, db), ffi.from_buffer(ct, xb), xb.size, beta, 1))
+        return total
+
+    return k

@@ -1,0 +1,171 @@
+/* Vector math written against ma_simd.h: exp, expm1, log1p, tanh, erfc and the pieces the ops
+ * share.  Coefficients come from native/fit_coefficients.py (least squares on Chebyshev nodes
+ * against mpmath, rounded to float32).  Errors below are measured over dense grids against
+ * mpmath, in float32 ULPs of the result, for the non-FMA (scalar) evaluation order.
+ *
+ * Conventions every function keeps: NaN in gives NaN out; +-inf give the limits; overflow gives
+ * inf; results in the subnormal range are rounded once from a normal intermediate.
+ *
+ * "Scaled" results: deep in an exponential tail (exp argument below -80) a factor e^u is
+ * returned as eK = e^u * 2^64 together with sc = 2^-64 (elsewhere sc = 1).  Kernels multiply
+ * every other factor into eK first and apply sc last, so x * e^u stays accurate where e^u alone
+ * would be subnormal (e.g. silu(-90)), and a single rounding takes the result into the
+ * subnormal range.
+ */
+#ifndef MA_MATH_H
+#define MA_MATH_H
+
+#include "ma_simd.h"
+
+#define MA_LOG2E 1.44269504088896341f
+#define MA_LN2_HI 0.693359375f      /* 9 significant bits: n * LN2_HI is exact for |n| < 2^15 */
+#define MA_LN2_LO -2.12194440e-4f   /* ln 2 - LN2_HI */
+#define MA_MAGIC 12582912.0f        /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
+#define MA_FLT_MAX 3.40282347e+38f
+#define ONE_F VSPLAT(1.0f)
+
+/* expm1(r) = r + r^2 P(r) on |r| <= 0.36: 1.06 ULP. */
+MA_INLINE V ma_em1_poly(V r) {
+    V p = VSPLAT(1.389421988e-03f);
+    p = VFMA(p, r, VSPLAT(8.365479298e-03f));
+    p = VFMA(p, r, VSPLAT(4.166698828e-02f));
+    p = VFMA(p, r, VSPLAT(1.666656286e-01f));
+    p = VFMA(p, r, VSPLAT(5.000000000e-01f));
+    return VFMA(r * r, p, r);
+}
+
+/* n = round(x / ln2) as a float and as the integer bit pattern; r = x - n ln2 (Cody-Waite). */
+#define MA_REDUCE(x, nf, n, r)                                  \
+    do {                                                        \
+        V t_ = VFMA((x), VSPLAT(MA_LOG2E), VSPLAT(MA_MAGIC));   \
+        nf = t_ - VSPLAT(MA_MAGIC);                             \
+        n = v_as_i(t_) - v_as_i(VSPLAT(MA_MAGIC));              \
+        r = ((x) - nf * VSPLAT(MA_LN2_HI)) - nf * VSPLAT(MA_LN2_LO); \
+    } while (0)
+
+MA_INLINE V ma_pow2i(VI n) { return i_as_v((n + 127u) << 23); } /* n in [-126, 127] */
+
+MA_INLINE V ma_clampv(V x, float lo, float hi) {
+    x = VSEL(x < VSPLAT(lo), VSPLAT(lo), x); /* NaN compares false: stays NaN */
+    return VSEL(x > VSPLAT(hi), VSPLAT(hi), x);
+}
+
+/* e^(u + lo) for u <= 0 (lo a tiny correction, |lo| << ulp(u)), scaled as described above.
+ * Error 1.5 ULP.  u = -inf or u < -132 gives eK = 0. */
+MA_INLINE V ma_expneg_k2(V u, V lo, V *sc) {
+    VM big = u < VSPLAT(-80.0f);
+    V nf, r;
+    VI n;
+    MA_REDUCE(u, nf, n, r);
+    r = r + lo;
+    V p = VSPLAT(1.0f) + ma_em1_poly(r);
+    V eK = p * ma_pow2i(n + MASK_I(big, 64));
+    *sc = VSEL(big, VSPLAT(0x1p-64f), VSPLAT(1.0f));
+    return VSEL(u < VSPLAT(-132.0f), VSPLAT(0.0f), eK);
+}
+
+MA_INLINE V ma_expneg_k(V u, V *sc) { return ma_expneg_k2(u, VSPLAT(0.0f), sc); }
+
+/* e^x for any x: overflow to inf above 88.72, gradual underflow below -87.3.  1.5 ULP. */
+MA_INLINE V ma_exp(V x) {
+    V xc = ma_clampv(x, -104.0f, 89.0f);
+    V nf, r;
+    VI n;
+    MA_REDUCE(xc, nf, n, r);
+    V p = VSPLAT(1.0f) + ma_em1_poly(r);
+    VI n1 = vi_sar1(n), n2 = n - n1; /* both in [-75, 65] */
+    return (p * ma_pow2i(n1)) * ma_pow2i(n2);
+}
+
+/* e^x - 1 for any x, accurate near 0 (no cancellation): 2 ULP. */
+MA_INLINE V ma_expm1(V x) {
+    V xc = ma_clampv(x, -30.0f, 89.0f);
+    V nf, r;
+    VI n;
+    MA_REDUCE(xc, nf, n, r);
+    V em = ma_em1_poly(r);
+    V t = ma_pow2i(n - 1u); /* 2^(n-1) in [2^-44, 2^127]; the final *2 overflows to inf */
+    return (t * em + (t - VSPLAT(0.5f))) * VSPLAT(2.0f);
+}
+
+/* log1p(u) for u in [0, 1] (and NaN): 2 atanh(s), s = u / (2 + u).  1.8 ULP; log1p(u) = u for tiny u. */
+MA_INLINE V ma_log1p01(V u) {
+    V s = u / (VSPLAT(2.0f) + u);
+    V w = s * s;
+    V p = VSPLAT(2.332942486e-01f);
+    p = VFMA(p, w, VSPLAT(2.169233561e-01f));
+    p = VFMA(p, w, VSPLAT(2.859258056e-01f));
+    p = VFMA(p, w, VSPLAT(3.999972641e-01f));
+    p = VFMA(p, w, VSPLAT(6.666666865e-01f));
+    return VFMA(s * w, p, s + s);
+}
+
+MA_INLINE V ma_abs(V x) { return i_as_v(v_as_i(x) & 0x7fffffffu); }
+MA_INLINE V ma_copysign(V mag, V sgn) { return i_as_v((v_as_i(mag) & 0x7fffffffu) | (v_as_i(sgn) & 0x80000000u)); }
+MA_INLINE VM ma_isnan(V x) { return x != x; }
+/* +-inf to +-FLT_MAX, NaN kept: stops inf * 0 where a factor underflows to 0. */
+MA_INLINE V ma_finite(V x) { return ma_clampv(x, -MA_FLT_MAX, MA_FLT_MAX); }
+
+/* tanh: |x| < 0.625: x + x^3 Q(x^2) (0.76 ULP); else sign(x) (1 - e) / (1 + e), e = e^-2|x| (2 ULP). */
+MA_INLINE V ma_tanh(V x) {
+    V a = ma_abs(x);
+    V x2 = x * x;
+    V q = VSPLAT(2.292536199e-03f);
+    q = VFMA(q, x2, VSPLAT(-8.346467279e-03f));
+    q = VFMA(q, x2, VSPLAT(2.177092619e-02f));
+    q = VFMA(q, x2, VSPLAT(-5.395975709e-02f));
+    q = VFMA(q, x2, VSPLAT(1.333330721e-01f));
+    q = VFMA(q, x2, VSPLAT(-3.333333433e-01f));
+    V small = VFMA(x * x2, q, x);
+    V sc;
+    V e = ma_expneg_k(VSPLAT(-2.0f) * a, &sc) * sc;
+    V big = ma_copysign((VSPLAT(1.0f) - e) / (VSPLAT(1.0f) + e), x);
+    return VSEL(a < VSPLAT(0.625f), small, big);
+}
+
+/* erfc(a) * e^(a^2) / ... : for a >= 0, erfc(a) = e^(-a^2) G(t) / (1 + 2a), t = (a - 2) / (a + 2).
+ * Returns q = G(t) / (1 + 2a); 3 ULP before the exponential factor (a <= 7.1e4, so (a + 2)(1 + 2a) is finite). */
+MA_INLINE V ma_erfc_q(V a) {
+    /* one division gives both t = (a - 2) / (a + 2) and 1 / (1 + 2a) */
+    V ap2 = a + VSPLAT(2.0f), den = VFMA(VSPLAT(2.0f), a, VSPLAT(1.0f));
+    V r = ONE_F / (ap2 * den);
+    V t = (a - VSPLAT(2.0f)) * (den * r);
+    V g = VSPLAT(-7.564637599e-06f);
+    g = VFMA(g, t, VSPLAT(-2.767621118e-05f));
+    g = VFMA(g, t, VSPLAT(-3.375262168e-06f));
+    g = VFMA(g, t, VSPLAT(1.440614287e-04f));
+    g = VFMA(g, t, VSPLAT(2.058199607e-04f));
+    g = VFMA(g, t, VSPLAT(-4.515101027e-04f));
+    g = VFMA(g, t, VSPLAT(-1.456316095e-03f));
+    g = VFMA(g, t, VSPLAT(1.270706067e-03f));
+    g = VFMA(g, t, VSPLAT(8.722532541e-03f));
+    g = VFMA(g, t, VSPLAT(-8.033939637e-03f));
+    g = VFMA(g, t, VSPLAT(-5.421998724e-02f));
+    g = VFMA(g, t, VSPLAT(1.640512794e-01f));
+    g = VFMA(g, t, VSPLAT(-1.660303921e-01f));
+    g = VFMA(g, t, VSPLAT(-9.276382625e-02f));
+    g = VFMA(g, t, VSPLAT(1.276978374e+00f));
+    return g * (ap2 * r);
+}
+
+/* x*x = h + l exactly (Dekker's split; no FMA needed).  Valid for |x| < 1e19. */
+MA_INLINE V ma_sq_lo(V x, V h) {
+    V c = x * VSPLAT(4097.0f);
+    V hi = c - (c - x);
+    V lo = x - hi;
+    return ((hi * hi - h) + VSPLAT(2.0f) * hi * lo) + lo * lo;
+}
+
+/* The standard normal at x, for gelu: cdf and pdf sharing e^(-x^2/2) (scaled by sc).
+ * left: x <= 0, where cdf = cdfK * sc; elsewhere cdf = 1 - (cdfK * sc) is returned as cdf_right. */
+MA_INLINE void ma_normal_parts(V x, V *cdfK, V *pdfK, V *sc) {
+    V xc = ma_clampv(x, -1e5f, 1e5f);
+    V h = xc * xc;
+    V l = ma_sq_lo(xc, h);
+    V eK = ma_expneg_k2(VSPLAT(-0.5f) * h, VSPLAT(-0.5f) * l, sc);
+    V a = ma_abs(xc) * VSPLAT(0.70710678118654752f);
+    *cdfK = VSPLAT(0.5f) * (eK * ma_erfc_q(a)); /* 0.5 erfc(|x|/sqrt2), scaled */
+    *pdfK = eK * VSPLAT(0.39894228040143268f);
+}
+
+#endif

@@ -1,0 +1,33 @@
+/* The C ABI of multiact._native: parameter block, runtime helpers, and (through the generated
+ * X-macro list ma_kernel_list.h) one symbol per kernel, ma_<dtype>_<name>__<isa>. */
+#ifndef MA_NATIVE_H
+#define MA_NATIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Scalar parameters, already validated and rounded to float32 by the caller:
+ *   leaky_relu a=negative_slope; elu, celu a=alpha; swish a=beta; hardtanh a=min_val b=max_val;
+ *   softplus a=beta b=threshold; softshrink, hardshrink a=lambd; threshold a=threshold b=value. */
+typedef struct ma_params {
+    float a, b, c, d;
+    int stream; /* set by ma_run_*: the whole call is larger than the caches (non-temporal stores) */
+} ma_params;
+
+/* Runtime (ma_runtime.c, ma_pool.c). */
+typedef void (*ma_chunk_fn)(void *ctx, size_t chunk);
+/* Run body(ctx, 0..nchunks-1) on up to nthreads threads (the caller included). */
+void ma_parallel_for(size_t nchunks, ma_chunk_fn body, void *ctx, int nthreads);
+/* Chunks for n elements on nthreads: 1 below ma_get_parallel_min(), else a few per thread. */
+size_t ma_chunks_for(size_t n, int nthreads);
+int ma_isa_supported(const char *isa);
+void ma_set_parallel_min(size_t n);
+size_t ma_get_parallel_min(void);
+void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
+                  float a, float b, float c, float d, int nthreads);
+void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize,
+                   float a, float b, float c, float d, int nthreads);
+void ma_f16_to_f32(const uint16_t *h, float *f, size_t n);
+void ma_f32_to_f16(const float *f, uint16_t *h, size_t n);
+
+#endif

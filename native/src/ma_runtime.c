@@ -1,0 +1,112 @@
+/* Runtime pieces shared by every ISA: CPU feature tests, the threaded drivers, half conversion. */
+#include <string.h>
+
+#include "ma_half.h"
+#include "ma_native.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
+int ma_isa_supported(const char *isa) {
+    if (strcmp(isa, "scalar") == 0) return 1;
+#if defined(__x86_64__)
+    if (strcmp(isa, "avx2") == 0) {
+        unsigned a, b, c, d;
+        __builtin_cpu_init();
+        if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return 0; /* F16C */
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+#endif
+#if defined(__aarch64__)
+    if (strcmp(isa, "neon") == 0) {
+#if defined(__linux__)
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+#else
+        return 1; /* Advanced SIMD is part of every ARMv8-A */
+#endif
+    }
+#endif
+    return 0;
+}
+
+/* Results larger than this skip the caches (streaming stores): they would only evict the inputs. */
+#define MA_STREAM_BYTES ((size_t)8 << 20)
+
+/* Below this many elements a call stays on the calling thread (measured: benchmarks/). */
+static size_t parallel_min = 1u << 18;
+void ma_set_parallel_min(size_t n) { parallel_min = n; }
+size_t ma_get_parallel_min(void) { return parallel_min; }
+
+typedef void (*unary_fn)(const void *, void *, size_t, const ma_params *);
+typedef void (*binary_fn)(const void *, const void *, void *, size_t, const ma_params *);
+
+size_t ma_chunks_for(size_t n, int nthreads) {
+    if (nthreads <= 1 || n < parallel_min) return 1;
+    /* chunks of ~32K elements: a helper preempted mid-chunk holds the call up for one chunk only */
+    size_t c = n / 32768;
+    if (c < (size_t)nthreads) c = (size_t)nthreads;
+    return c > 4096 ? 4096 : c;
+}
+
+/* Chunk i of n elements in c chunks: [lo, hi), cut at multiples of 64 elements. */
+static void cut(size_t n, size_t c, size_t i, size_t *lo, size_t *hi) {
+    size_t blocks = (n + 63) / 64;
+    size_t b0 = blocks * i / c, b1 = blocks * (i + 1) / c;
+    *lo = b0 * 64 < n ? b0 * 64 : n;
+    *hi = b1 * 64 < n ? b1 * 64 : n;
+}
+
+typedef struct {
+    void *fn;
+    const char *u, *v;
+    char *out;
+    size_t n, chunks, elsize;
+    ma_params p;
+} ew_job;
+
+static void unary_chunk(void *ctx, size_t i) {
+    ew_job *j = ctx;
+    size_t lo, hi;
+    cut(j->n, j->chunks, i, &lo, &hi);
+    if (hi > lo) ((unary_fn)j->fn)(j->u + lo * j->elsize, j->out + lo * j->elsize, hi - lo, &j->p);
+}
+
+static void binary_chunk(void *ctx, size_t i) {
+    ew_job *j = ctx;
+    size_t lo, hi, e = j->elsize;
+    cut(j->n, j->chunks, i, &lo, &hi);
+    if (hi > lo) ((binary_fn)j->fn)(j->u + lo * e, j->v + lo * e, j->out + lo * e, hi - lo, &j->p);
+}
+
+void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
+                  float a, float b, float c, float d, int nthreads) {
+    ew_job j = {fn, x, NULL, y, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
+    if (j.chunks <= 1) {
+        ((unary_fn)fn)(x, y, n, &j.p);
+        return;
+    }
+    ma_parallel_for(j.chunks, unary_chunk, &j, nthreads);
+}
+
+void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize,
+                   float a, float b, float c, float d, int nthreads) {
+    ew_job j = {fn, u, v, out, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
+    if (j.chunks <= 1) {
+        ((binary_fn)fn)(u, v, out, n, &j.p);
+        return;
+    }
+    ma_parallel_for(j.chunks, binary_chunk, &j, nthreads);
+}
+
+void ma_f16_to_f32(const uint16_t *h, float *f, size_t n) {
+    for (size_t i = 0; i < n; i++) f[i] = ma_h2f(h[i]);
+}
+
+void ma_f32_to_f16(const float *f, uint16_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++) h[i] = ma_f2h(f[i]);
+}

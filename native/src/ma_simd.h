@@ -1,0 +1,113 @@
+/* The vector layer: one set of names (V, VM, VI, VLOAD, VSEL, ...) per ISA, so that the math
+ * (ma_math.h) and the op bodies (ma_ops.h) are written once and compiled for every ISA.
+ *
+ * The translation unit defines exactly one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON before
+ * including this file.  GCC vector extensions give +,-,*,/, comparisons (lanes of 0 / -1) and
+ * bit casts for free; only loads, stores, FMA, blend and half conversions need intrinsics.
+ *   V  float lanes, VI uint32 lanes (bit patterns), VM comparison masks.
+ */
+#ifndef MA_SIMD_H
+#define MA_SIMD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ma_half.h"
+
+/* The math and op bodies must inline into the loops: a call passes vectors through memory. */
+#define MA_INLINE static inline __attribute__((always_inline))
+
+#if defined(MA_ISA_SCALAR)
+
+#define MA_ISA_NAME scalar
+#define W 1
+typedef float V;
+typedef uint32_t VI;
+typedef int VM;
+#define VSPLAT(c) ((float)(c))
+#define VLOAD(p) (*(p))
+#define VSTORE(p, v) (*(p) = (v))
+#define VLOAD_H(p) ma_h2f(*(p))
+#define VSTORE_H(p, v) (*(p) = ma_f2h(v))
+/* No FMA in the portable path: every algorithm here is exact enough without one. */
+#define VFMA(a, b, c) ((a) * (b) + (c))
+#define VSEL(m, a, b) ((m) ? (a) : (b))
+#define MAND(a, b) ((a) & (b))
+#define MOR(a, b) ((a) | (b))
+#define MNOT(a) (!(a))
+#define MASK_I(m, k) ((m) ? (uint32_t)(k) : 0u)
+static inline VI v_as_i(V v) { VI i; memcpy(&i, &v, 4); return i; }
+static inline V i_as_v(VI i) { V v; memcpy(&v, &i, 4); return v; }
+static inline VI vi_sar1(VI i) { return (VI)((int32_t)i >> 1); }
+typedef double VD;
+#define V2D(v) ((double)(v))
+#define D2V(d) ((float)(d))
+
+#elif defined(MA_ISA_AVX2)
+
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+#define MA_ISA_NAME avx2
+#define W 8
+typedef float V __attribute__((vector_size(32)));
+typedef uint32_t VI __attribute__((vector_size(32)));
+typedef int32_t VM __attribute__((vector_size(32)));
+#define VSPLAT(c) ((V)_mm256_set1_ps((float)(c)))
+#define VLOAD(p) ((V)_mm256_loadu_ps(p))
+#define VSTORE(p, v) _mm256_storeu_ps((p), (__m256)(v))
+#define VLOAD_H(p) ((V)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
+#define VSTORE_H(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
+#define VFMA(a, b, c) ((V)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define VSEL(m, a, b) ((V)_mm256_blendv_ps((__m256)(b), (__m256)(a), (__m256)(m)))
+#define MAND(a, b) ((a) & (b))
+#define MOR(a, b) ((a) | (b))
+#define MNOT(a) (~(a))
+#define MASK_I(m, k) ((VI)(m) & (uint32_t)(k))
+#define v_as_i(v) ((VI)(v))
+#define i_as_v(i) ((V)(i))
+#define vi_sar1(i) ((VI)(((VM)(i)) >> 1))
+/* non-temporal stores: f32 needs 32-byte, f16 16-byte aligned addresses */
+#define MA_HAVE_STREAM 1
+#define VSTREAM(p, v) _mm256_stream_ps((p), (__m256)(v))
+#define VSTREAM_H(p, v) _mm_stream_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
+#define MA_STREAM_FENCE() _mm_sfence()
+typedef double VD __attribute__((vector_size(64)));
+#define V2D(v) __builtin_convertvector((v), VD)
+#define D2V(d) __builtin_convertvector((d), V)
+
+#elif defined(MA_ISA_NEON)
+
+#include <arm_neon.h>
+#define MA_ISA_NAME neon
+#define W 4
+typedef float V __attribute__((vector_size(16)));
+typedef uint32_t VI __attribute__((vector_size(16)));
+typedef int32_t VM __attribute__((vector_size(16)));
+#define VSPLAT(c) ((V)vdupq_n_f32((float)(c)))
+#define VLOAD(p) ((V)vld1q_f32(p))
+#define VSTORE(p, v) vst1q_f32((p), (float32x4_t)(v))
+#define VLOAD_H(p) ((V)vcvt_f32_f16(vld1_f16((const __fp16 *)(p))))
+#define VSTORE_H(p, v) vst1_f16((__fp16 *)(p), vcvt_f16_f32((float32x4_t)(v)))
+#define VFMA(a, b, c) ((V)vfmaq_f32((float32x4_t)(c), (float32x4_t)(a), (float32x4_t)(b)))
+#define VSEL(m, a, b) ((V)vbslq_f32((uint32x4_t)(m), (float32x4_t)(a), (float32x4_t)(b)))
+#define MAND(a, b) ((a) & (b))
+#define MOR(a, b) ((a) | (b))
+#define MNOT(a) (~(a))
+#define MASK_I(m, k) ((VI)(m) & (uint32_t)(k))
+#define v_as_i(v) ((VI)(v))
+#define i_as_v(i) ((V)(i))
+#define vi_sar1(i) ((VI)(((VM)(i)) >> 1))
+typedef double VD __attribute__((vector_size(32)));
+#define V2D(v) __builtin_convertvector((v), VD)
+#define D2V(d) __builtin_convertvector((d), V)
+
+#else
+#error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON"
+#endif
+
+#define MA_CAT_(a, b) a##b
+#define MA_CAT(a, b) MA_CAT_(a, b)
+#define MA_CAT3(a, b, c) MA_CAT(MA_CAT(a, b), c)
+
+#endif

@@ -1,0 +1,177 @@
+/* Runs every elementwise kernel of one ISA against the scalar path, plus prelu and the swish beta
+ * gradient, on specials, sweeps and random values, at sizes around the vector width.
+ * Built by scripts/test_native_harness.sh (x86: avx2) and scripts/test_neon_qemu.sh (neon, under
+ * qemu-aarch64 -cpu max and -cpu cortex-a53).  Exit status 0 only if everything agrees.
+ *
+ * Tolerance per kernel (generated from multiact.ops): |isa - scalar| <= ulp * spacing(scalar)
+ * + atol * eps * scale (scale |x| forward, |dy| backward, |dy y| backward_y), with ulp and atol
+ * twice the op's bound (each path is within one bound of the reference), results below the
+ * smallest normal allowed an error of that size; NaN must match NaN and inf must match inf. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ma_half.h"
+#include "ma_native.h"
+#include "ma_kernel_decls.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+typedef struct {
+    const char *name;
+    int sig;     /* 0 unary, 1 binary */
+    int f16;
+    int dir;     /* 0 forward, 1 backward, 2 backward_y */
+    void *fn, *ref, *fwd_ref;
+    float params[4];
+    float ulp, atol;
+} hk_t;
+
+#include HARNESS_TABLE
+
+typedef void (*un_f32)(const float *, float *, size_t, const ma_params *);
+typedef void (*bin_f32)(const float *, const float *, float *, size_t, const ma_params *);
+typedef void (*un_f16)(const uint16_t *, uint16_t *, size_t, const ma_params *);
+typedef void (*bin_f16)(const uint16_t *, const uint16_t *, uint16_t *, size_t, const ma_params *);
+
+#define N 1400
+static float X[N], DY[N];
+
+static uint64_t rng_state = 88172645463325252ull;
+static double urand(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) * 0x1p-53;
+}
+static double nrand(void) { return sqrt(-2.0 * log(urand() + 1e-300)) * cos(6.283185307179586 * urand()); }
+
+static void make_inputs(void) {
+    const float sp[] = {0.0f, -0.0f, 1.0f, -1.0f, 100.0f, -100.0f, 1000.0f, -1000.0f, 1.17549435e-38f,
+                        -1.17549435e-38f, 1.4e-45f, -1.4e-45f, 3.0e-39f, 3.40282347e38f, -3.40282347e38f,
+                        INFINITY, -INFINITY, NAN, -3.0f, 3.0f, 6.0f, 0.5f, -0.5f, 0.3f, -13.0f, -88.0f,
+                        -90.0f, 88.0f, 90.0f, -104.0f, 44.0f, 20.0f, 1e30f, -1e30f};
+    size_t k = 0, ns = sizeof sp / sizeof sp[0];
+    for (; k < ns; k++) X[k] = sp[k];
+    for (size_t i = 0; k < 500; i++, k++) X[k] = -30.0f + 60.0f * (float)i / 465.0f;
+    for (; k < N; k++) X[k] = (float)(nrand() * 3.0);
+    for (size_t i = 0; i < N; i++) DY[i] = (float)(nrand() * 2.0);
+}
+
+static float spacing32(float v) {
+    v = fabsf(v);
+    return nextafterf(v, INFINITY) - v;
+}
+static float spacing16(float v) {
+    v = fabsf(v);
+    if (v < 0x1p-14f) return 0x1p-24f;
+    int e;
+    frexpf(v, &e);
+    return ldexpf(1.0f, e - 11);
+}
+
+static int close_enough(const hk_t *k, float got, float want, float x, float dy) {
+    if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
+    if (isinf(want) || isinf(got)) return got == want;
+    float eps = k->f16 ? 0x1p-10f : 0x1p-23f, tiny = k->f16 ? 0x1p-14f : 1.17549435e-38f;
+    float scale = k->dir == 0 ? fabsf(x) : k->dir == 1 ? fabsf(dy) : fabsf(dy * x);
+    if (!isfinite(scale)) scale = 0.0f;
+    double bound = (double)k->ulp * (k->f16 ? spacing16(want) : spacing32(want)) + (double)k->atol * eps * scale;
+    if (fabsf(want) < tiny && bound < tiny) bound = tiny;
+    return fabs((double)got - (double)want) <= bound;
+}
+
+/* Run kernel fn on n elements; inputs are X (or y) and DY, outputs as float. */
+static void run(const hk_t *k, void *fn, const float *x, size_t n, float *out) {
+    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3]};
+    if (!k->f16) {
+        if (k->sig == 0) ((un_f32)fn)(x, out, n, &p);
+        else ((bin_f32)fn)(DY, x, out, n, &p);
+        return;
+    }
+    static uint16_t hx[N], hd[N], ho[N];
+    for (size_t i = 0; i < n; i++) hx[i] = ma_f2h(x[i]), hd[i] = ma_f2h(DY[i]);
+    if (k->sig == 0) ((un_f16)fn)(hx, ho, n, &p);
+    else ((bin_f16)fn)(hd, hx, ho, n, &p);
+    for (size_t i = 0; i < n; i++) out[i] = ma_h2f(ho[i]);
+}
+
+static int check_elementwise(const hk_t *k) {
+    static float xin[N], want[N], got[N], part[N];
+    int bad = 0;
+    memcpy(xin, X, sizeof X);
+    if (k->f16)
+        for (size_t i = 0; i < N; i++) xin[i] = ma_h2f(ma_f2h(xin[i]));
+    if (k->dir == 2) { /* backward_y takes y = forward(x), computed by the scalar path */
+        hk_t fk = *k;
+        fk.sig = 0;
+        run(&fk, k->fwd_ref, xin, N, xin);
+    }
+    run(k, k->ref, xin, N, want);
+    run(k, k->fn, xin, N, got);
+    for (size_t i = 0; i < N; i++) {
+        float dyv = k->f16 ? ma_h2f(ma_f2h(DY[i])) : DY[i];
+        if (!close_enough(k, got[i], want[i], xin[i], dyv)) {
+            if (bad < 3)
+                printf("  %s: x=%.9g dy=%.9g got %.9g, scalar %.9g\n", k->name, xin[i], dyv, got[i], want[i]);
+            bad++;
+        }
+    }
+    /* tails: every short n equals the long run bit for bit */
+    for (size_t n = 1; n <= 40; n++) {
+        run(k, k->fn, xin, n, part);
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(&part[i], &got[i], 4) != 0 && !(isnan(part[i]) && isnan(got[i]))) {
+                if (bad < 3) printf("  %s: tail n=%zu differs at %zu\n", k->name, n, i);
+                bad++;
+                break;
+            }
+    }
+    return bad;
+}
+
+#define ISA_SYM(base) MA_CAT3(base, __, HARNESS_ISA)
+#define MA_CAT_(a, b) a##b
+#define MA_CAT(a, b) MA_CAT_(a, b)
+#define MA_CAT3(a, b, c) MA_CAT(MA_CAT(a, b), c)
+
+static int check_prelu(void) {
+    enum { O = 3, C = 5, I = 7 };
+    static float y1[O * C * I], y2[O * C * I], w[C] = {-0.5f, 0.0f, 0.25f, 1.0f, 1.5f};
+    int bad = 0;
+    for (int inner1 = 0; inner1 < 2; inner1++) {
+        size_t o = inner1 ? O * I : O, in = inner1 ? 1 : I;
+        for (int grad = 0; grad < 2; grad++) {
+            ISA_SYM(ma_f32_prelu)(grad ? DY : NULL, X, y1, o, C, in, w, 1);
+            ma_f32_prelu__scalar(grad ? DY : NULL, X, y2, o, C, in, w, 1);
+            for (size_t i = 0; i < O * C * I; i++)
+                if (memcmp(&y1[i], &y2[i], 4) && !(isnan(y1[i]) && isnan(y2[i]))) bad++;
+        }
+    }
+    double a1[C] = {0}, a2[C] = {0};
+    ISA_SYM(ma_f32_prelu_weight_grad)(DY + 40, X + 40, O, C, I, a1);
+    ma_f32_prelu_weight_grad__scalar(DY + 40, X + 40, O, C, I, a2);
+    for (int c = 0; c < C; c++) bad += fabs(a1[c] - a2[c]) > 1e-12 * (1 + fabs(a2[c]));
+    double b1 = ISA_SYM(ma_f32_swish_beta_grad)(DY + 40, X + 40, 1000, 1.3f, 1);
+    double b2 = ma_f32_swish_beta_grad__scalar(DY + 40, X + 40, 1000, 1.3f, 1);
+    bad += fabs(b1 - b2) > 1e-12 * (1 + fabs(b2));
+    if (bad) printf("  prelu / weight grad / beta grad: %d mismatches\n", bad);
+    return bad;
+}
+
+int main(void) {
+    if (!ma_isa_supported(STR(HARNESS_ISA))) {
+        printf("harness: this CPU does not run %s\n", STR(HARNESS_ISA));
+        return 2;
+    }
+    make_inputs();
+    int failed = 0, total = 0;
+    for (size_t i = 0; i < sizeof HK / sizeof HK[0]; i++, total++) {
+        if (check_elementwise(&HK[i])) failed++;
+    }
+    if (check_prelu()) failed++;
+    printf("harness %s: %d kernels + prelu, %d failed\n", STR(HARNESS_ISA), total, failed);
+    return failed != 0;
+}
