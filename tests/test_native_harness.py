@@ -1,0 +1,64 @@
+"""The C harness of the native kernels, from the test command: host SIMD, NEON under qemu, sanitizers.
+
+Each runs a script of scripts/ (usable by hand too); a missing tool is a skip that says what to install.
+"""
+
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def _run(*cmd: str, env: dict | None = None) -> None:
+    import os
+
+    proc = subprocess.run(
+        list(cmd), cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "PYTHON": sys.executable, **(env or {})},
+    )
+    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+    print(tail)
+    assert proc.returncode == 0, tail
+
+
+def _avx2() -> bool:
+    try:
+        return "avx2" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _compiler():
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc")
+
+
+@pytest.mark.skipif(not (X86 and _avx2()), reason="the host has no AVX2")
+def test_avx2_kernels_against_scalar():
+    _run("bash", "scripts/test_native_harness.sh", "avx2", "gcc")
+
+
+@pytest.mark.skipif(
+    not (shutil.which("aarch64-linux-gnu-gcc") and shutil.which("qemu-aarch64")),
+    reason="needs gcc-aarch64-linux-gnu and qemu-user (apt-get install gcc-aarch64-linux-gnu qemu-user)",
+)
+def test_neon_kernels_under_qemu_with_and_without_fp16():
+    _run("bash", "scripts/test_neon_qemu.sh")
+
+
+@pytest.mark.skipif(not X86, reason="sanitized harness runs for the host ISA (x86-64 here)")
+def test_kernels_under_address_and_undefined_behaviour_sanitizers():
+    probe = subprocess.run(["gcc", "-fsanitize=address,undefined", "-x", "c", "-", "-o", "/dev/null"],
+                           input="int main(void){return 0;}", capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("gcc cannot link -fsanitize=address,undefined here (libasan/libubsan missing)")
+    _run("bash", "scripts/test_native_sanitize.sh")
