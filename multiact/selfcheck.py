@@ -1,0 +1,250 @@
+"""`multiact check`: the shared consistency suite, run on this machine, over every backend it has.
+
+Each (op, parameter case, direction, dtype) is run on every chosen backend with
+the standard inputs of `multiact.consistency` (random values, a wide sweep,
+NaN, +-inf, subnormals, +-max, each kink and its neighbours) and judged against
+the float64 reference with the op's tolerance.  The backends' results are also
+compared with each other (ONNX Runtime among them where its backend is
+available): the largest difference in ULP between two backends says how far
+apart a user's results can be when the choice of backend changes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import consistency as C
+from . import registry
+from .ops import FLOAT_DTYPES, OPS
+
+CHECK_DIRECTIONS = ("forward", "backward", "backward_y")
+
+
+@dataclass
+class CheckRow:
+    """One backend on one (op, params, direction, dtype)."""
+
+    backend: str
+    op: str
+    case: str
+    direction: str
+    dtype: str
+    status: str  # "pass" | "FAIL" | "error" | "unsupported"
+    max_ulp: float = 0.0
+    max_abs: float = 0.0
+    n_bad: int = 0
+    bad_kinds: list[str] = field(default_factory=list)  # NaN, +inf, subnormal, overflow, kink, ...
+    bad: list[tuple[float, float, float]] = field(default_factory=list)  # (x, got, want)
+    vs: dict[str, float] = field(default_factory=dict)  # other backend -> max ulp between the two
+    error: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("FAIL", "error")
+
+
+def _movers(kind: str) -> tuple[Callable, Callable] | None:
+    """(to_kind, from_kind) for a device kind, from whichever library can do it here; None if none can."""
+    if kind == "numpy":
+        return (lambda a: a), (lambda a: np.asarray(a))
+    if kind == "cuda":
+        try:
+            from numba import cuda
+
+            if cuda.is_available():
+                return cuda.to_device, (lambda a: a.copy_to_host() if hasattr(a, "copy_to_host") else np.asarray(a))
+        except Exception:
+            pass
+        try:
+            import cupy
+
+            return cupy.asarray, cupy.asnumpy
+        except Exception:
+            return None
+    if kind == "npu":
+        try:
+            import torch
+            import torch_npu  # noqa: F401
+
+            return (lambda a: torch.from_numpy(a).to("npu")), (lambda a: a.cpu().numpy())
+        except Exception:
+            return None
+    return None
+
+
+def choose_backends(names: Sequence[str] | None) -> tuple[list[tuple[str, str]], dict[str, str]]:
+    """([(backend, array kind)] to check, {backend: why it is not checked})."""
+    chosen, skipped = [], {}
+    for name in names or registry.BACKEND_NAMES:
+        registry._check_name(name)
+        ok, why = registry.availability(name)
+        if not ok:
+            skipped[name] = f"not available: {why}"
+            continue
+        kinds = registry.module(name).KINDS
+        kind = "numpy" if "numpy" in kinds else next((k for k in kinds if _movers(k)), None)
+        if kind is None:
+            skipped[name] = f"runs on {', '.join(kinds)} arrays and no installed library can make them here"
+            continue
+        chosen.append((name, kind))
+    return chosen, skipped
+
+
+def _classify(x: float, got: float, want: float, dtype: np.dtype, kinks: Sequence[float]) -> str:
+    """Which special value a failing input is."""
+    fi = np.finfo(dtype)
+    if np.isnan(x):
+        return "NaN"
+    if np.isinf(x):
+        return "+inf" if x > 0 else "-inf"
+    if x == 0:
+        return "zero"
+    if abs(x) < float(fi.tiny):
+        return "subnormal"
+    if abs(x) >= float(fi.max) / 2 or (np.isinf(got) != np.isinf(want)) or abs(x) >= 1000:
+        return "overflow"
+    xd = dtype.type(x)
+    for k in kinks:
+        kd = dtype.type(k)
+        if xd in (kd, np.nextafter(kd, dtype.type(np.inf)), np.nextafter(kd, dtype.type(-np.inf))):
+            return "kink"
+    return "ordinary"
+
+
+def ulp_between(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest difference in ULP of their dtype between two results (NaN/inf placement must agree)."""
+    a64, b64 = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    if a64.shape != b64.shape:
+        return float("inf")
+    nan_a, nan_b = np.isnan(a64), np.isnan(b64)
+    if (nan_a != nan_b).any():
+        return float("inf")
+    ok = ~nan_a & (a64 != b64)
+    if not ok.any():
+        return 0.0
+    a64, b64 = a64[ok], b64[ok]
+    if (np.isinf(a64) | np.isinf(b64)).any():
+        return float("inf")
+    tiny = float(np.finfo(a.dtype).tiny)
+    big = np.maximum(np.abs(a64), np.abs(b64))
+    keep = big >= tiny  # both below the smallest normal: flush-to-zero is tolerated
+    if not keep.any():
+        return 0.0
+    spacing = np.spacing(big[keep].astype(a.dtype)).astype(np.float64)
+    return float(np.max(np.abs(a64[keep] - b64[keep]) / spacing))
+
+
+def plan(ops: Sequence[str] | None, dtypes: Sequence[str] | None) -> list[tuple[str, dict, str, str]]:
+    """Every (op, params, direction, dtype) to check."""
+    out = []
+    for op in ops or OPS:
+        spec = OPS[op]
+        for params in C.param_cases(spec):
+            for direction in C.directions(spec, params):
+                for dt in dtypes or FLOAT_DTYPES:
+                    out.append((op, params, direction, dt))
+    return out
+
+
+def run(
+    backends: Sequence[str] | None = None,
+    ops: Sequence[str] | None = None,
+    dtypes: Sequence[str] | None = None,
+    progress: Callable | None = None,
+) -> dict[str, Any]:
+    """Run the check; returns {"rows": [CheckRow], "skipped_backends": {...}, "passed": bool}."""
+    for op in ops or ():
+        if op not in OPS:
+            raise ValueError(f"unknown op {op!r}; valid ops: {', '.join(OPS)}")
+    for dt in dtypes or ():
+        if dt not in FLOAT_DTYPES:
+            raise ValueError(f"unknown dtype {dt!r}; valid dtypes: {', '.join(FLOAT_DTYPES)}")
+    chosen, skipped = choose_backends(backends)
+    cases = plan(ops, dtypes)
+    rows: list[CheckRow] = []
+    items = progress(cases, len(cases)) if progress else cases
+    with np.errstate(all="ignore"):
+        for op, params, direction, dt in items:
+            rows += _one_case(chosen, op, params, direction, dt)
+    return {
+        "rows": rows,
+        "backends": [b for b, _ in chosen],
+        "skipped_backends": skipped,
+        "passed": bool(chosen) and not any(r.failed for r in rows),
+    }
+
+
+def _one_case(chosen, op, params, direction, dt) -> list[CheckRow]:
+    spec = OPS[op]
+    case = C.case_id(params)
+    made: list[CheckRow] = []
+    results: dict[str, np.ndarray] = {}
+    kinks = spec.kinks(C._rounded(spec, params, dt)) if op != "prelu" else (0.0,)
+    for name, kind in chosen:
+        row = CheckRow(name, op, case, direction, dt, "pass")
+        made.append(row)
+        mod = registry.module(name)
+        try:
+            supported = mod.supports(op, direction, dt)
+        except Exception as e:
+            supported, row.error = False, f"supports() raised {type(e).__name__}: {e}"
+        if not supported:
+            row.status = "error" if row.error else "unsupported"
+            continue
+        to_kind, from_kind = _movers(kind)
+        captured: list[np.ndarray] = []
+
+        def keep(a, _from=from_kind, _cap=captured):
+            _cap.append(np.asarray(_from(a)))
+            return _cap[-1]
+
+        try:
+            v = C.run_case(name, op, direction, dt, params, to_kind=to_kind, from_kind=keep)
+        except Exception as e:
+            row.status, row.error = "error", f"{type(e).__name__}: {e}"
+            continue
+        if captured:
+            results[name] = captured[-1]
+        row.max_ulp, row.max_abs, row.n_bad = v.max_ulp, v.max_abs, v.n_bad
+        row.bad = [(float(x), float(g), float(w)) for x, g, w in v.bad[:8]]
+        if not v.passed:
+            row.status = "FAIL"
+            dtype = np.dtype(dt)
+            row.bad_kinds = sorted({_classify(x, g, w, dtype, kinks) for x, g, w in v.bad})
+    for a, b in itertools.combinations(sorted(results), 2):
+        d = ulp_between(results[a], results[b])
+        for r in made:
+            if r.backend == a:
+                r.vs[b] = d
+            elif r.backend == b:
+                r.vs[a] = d
+    return made
+
+
+def as_json(report: dict[str, Any]) -> dict[str, Any]:
+    """The report as plain JSON data (inf as the string "inf")."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not np.isfinite(v):
+            return str(v)
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+
+    rows = [clean(asdict(r)) for r in report["rows"]]
+    failed = [r for r in rows if r["status"] in ("FAIL", "error")]
+    return {
+        "passed": report["passed"],
+        "backends": report["backends"],
+        "skipped_backends": report["skipped_backends"],
+        "counts": {s: sum(r["status"] == s for r in rows) for s in ("pass", "FAIL", "error", "unsupported")},
+        "failures": failed,
+        "rows": rows,
+    }
