@@ -25,7 +25,8 @@ def table(rows: Sequence[Sequence[Any]], header: Sequence[str], align: str | Non
         )
 
     def line(r: list[str]) -> str:
-        return "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, width, align)).rstrip()
+        parts = (c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, width, align, strict=True))
+        return "  ".join(parts).rstrip()
 
     rule = "  ".join("-" * w for w in width)
     return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
@@ -42,7 +43,9 @@ def _numeric(s: str) -> bool:
     return True
 
 
-def progress(items: Iterable[T], total: int, desc: str, enabled: bool = True, stream: TextIO | None = None) -> Iterator[T]:
+def progress(
+    items: Iterable[T], total: int, desc: str, enabled: bool = True, stream: TextIO | None = None
+) -> Iterator[T]:
     """Iterate `items` with a progress bar (tqdm when installed, else a text line every ~5 s)."""
     stream = stream or sys.stderr
     if not enabled:

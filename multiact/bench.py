@@ -170,7 +170,7 @@ def time_interleaved(fns: Sequence[Callable[[], Any]], samples: int = 7, sample_
             for _ in range(n):
                 f()
             out[i].append((time.perf_counter() - t0) / n)
-    return [(s, c[0]) for s, c in zip(out, calls)]
+    return [(s, c[0]) for s, c in zip(out, calls, strict=True)]
 
 
 def host_backends(names: Sequence[str] | None = None) -> tuple[list[str], dict[str, str]]:
@@ -202,6 +202,20 @@ def _backend_bound(name: str, op: OpCase, direction: str, arrays, out, params) -
     g = getattr(ma, f"{op.op}_grad")
     dy, x = arrays
     return P.Bound(name, lambda: g(dy, x, backend=name, **params), lambda: g(dy, x, out=out, backend=name, **params))
+
+
+def bind(impl: str, op: OpCase, direction: str, arrays: tuple[np.ndarray, ...], out: np.ndarray,
+         threads: int) -> P.Bound | str:
+    """Implementation 'backend:NAME' or 'peer:NAME' bound to `arrays` ((x,) or (dy, x)) and `out`, or why not."""
+    kind, _, name = impl.partition(":")
+    params = op.call_params(out.dtype)
+    if kind == "backend":
+        return _backend_bound(name, op, direction, arrays, out, params)
+    if kind == "peer":
+        if not P.covers(name, op.op, direction):
+            return f"no peer: {name} has no {op.op} {direction}"
+        return P.make(name, op.op, direction, params, arrays, out, threads)
+    raise ValueError(f"implementation must be 'backend:NAME' or 'peer:NAME', got {impl!r}")
 
 
 def _copy_bound(n_elements: int, dtype: np.dtype) -> Callable[[], Any]:
@@ -260,18 +274,14 @@ def _one_config(op, direction, dtype, n, threads, arrays, out, backends, peers, 
     import multiact as ma
 
     ma.set_num_threads(threads)
-    params = op.call_params(dtype)
     bounds: list[tuple[str, P.Bound]] = []
     where = f"{op.label} {direction} {dtype.name}"
-    for b in backends:
-        res = _backend_bound(b, op, direction, arrays, out, params)
-        (skipped.append({"impl": b, "case": where, "why": res}) if isinstance(res, str) else bounds.append(("backend", res)))
-    for p in peers:
-        if not P.covers(p, op.op, direction):
-            skipped.append({"impl": p, "case": where, "why": f"no peer: {p} has no {op.op} {direction}"})
-            continue
-        res = P.make(p, op.op, direction, params, arrays, out, threads)
-        (skipped.append({"impl": p, "case": where, "why": res}) if isinstance(res, str) else bounds.append(("peer", res)))
+    for kind, name in [("backend", b) for b in backends] + [("peer", p) for p in peers]:
+        res = bind(f"{kind}:{name}", op, direction, arrays, out, threads)
+        if isinstance(res, str):
+            skipped.append({"impl": name, "case": where, "why": res})
+        else:
+            bounds.append((kind, res))
     streams = len(arrays) + 1
     nbytes = streams * n * dtype.itemsize
     fns: list[Callable[[], Any]] = [_copy_bound(max(1, streams * n // 2), dtype)]
@@ -286,7 +296,7 @@ def _one_config(op, direction, dtype, n, threads, arrays, out, backends, peers, 
             labels.append((b.name, kind, mode, b.note))
     timed = time_interleaved(fns, samples=samples, budget_s=budget_s)
     made = []
-    for (name, kind, mode, note), (s, calls) in zip(labels, timed):
+    for (name, kind, mode, note), (s, calls) in zip(labels, timed, strict=True):
         q1, med, q3 = np.percentile(s, [25, 50, 75])
         made.append(Row(op.label, direction, dtype.name, n, threads, mode, name, kind, float(med), float(q1),
                         float(q3), calls, [float(v) for v in s], nbytes, note))
@@ -330,7 +340,8 @@ def plot(rows: Sequence[Row], path: str, title: str | None = None) -> None:
         ax = axes[grid[key]]
         series: dict[str, list[Row]] = {}
         for r in rs:
-            series.setdefault(_series(r, multi_thread) if r.kind != "baseline" else f"copy{_thr(r, multi_thread)}", []).append(r)
+            name = _series(r, multi_thread) if r.kind != "baseline" else f"copy{_thr(r, multi_thread)}"
+            series.setdefault(name, []).append(r)
         for name, pts in series.items():
             pts.sort(key=lambda r: r.size)
             xs = [r.size for r in pts]

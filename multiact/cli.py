@@ -53,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     info.set_defaults(func=cmd_info)
 
     check = sub.add_parser("check", help="run the consistency suite on this machine's backends")
-    check.add_argument("--backend", action="append", type=_csv, metavar="B[,B]", help="backends (default: all available)")
+    check.add_argument("--backend", action="append", type=_csv, metavar="B[,B]",
+                       help="backends (default: all available)")
     check.add_argument("--op", action="append", type=_csv, metavar="OP[,OP]", help="ops (default: all)")
     check.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]", help="float16, float32, float64")
     check.add_argument("--json", metavar="FILE", help="write the full report as JSON to FILE ('-': stdout)")
@@ -238,7 +239,8 @@ def render_bench(res: dict[str, Any]) -> str:
     out = []
     for r in res["rows"]:
         impl = display_name(r) + (" *" if r.note else "")
-        out.append([r.op, {"forward": "fwd", "backward": "bwd"}[r.direction], r.dtype, size_label(r.size), r.threads, r.mode, impl,
+        direction = {"forward": "fwd", "backward": "bwd"}[r.direction]
+        out.append([r.op, direction, r.dtype, size_label(r.size), r.threads, r.mode, impl,
                     fmt(r.median_s * 1e6), fmt(r.ns_per_element), fmt(r.gb_per_s), fmt(r.vs_copy, 2),
                     f"{r.spread * 100:.0f}%", "" if r.speedup is None else f"{r.speedup:.2f}x"])
     if lines:
@@ -262,6 +264,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import numpy as np
 
     import multiact as ma
+
     from . import consistency as C
     from . import registry
     from .bench import parse_size
@@ -280,14 +283,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
         spec = OPS[op]
         for direction in ("forward", "backward"):
             mod, _ = registry.select(op, direction, "float32", "numpy")
-            call = (lambda: getattr(ma, op)(x)) if direction == "forward" else (lambda: getattr(ma, f"{op}_grad")(dy, x))
+            fwd, bwd = getattr(ma, op), getattr(ma, f"{op}_grad")
+            call = (lambda f=fwd: f(x)) if direction == "forward" else (lambda g=bwd: g(dy, x))
             got = call()
             best = min(_timed(call) for _ in range(3))
             with np.errstate(all="ignore"):
                 if direction == "forward":
                     v = C.compare(got, C.reference(spec, direction, {}, np.float32, x), x, spec, direction)
                 else:
-                    v = C.compare(got, C.reference(spec, direction, {}, np.float32, dy, x), x, spec, direction, scale=dy)
+                    ref = C.reference(spec, direction, {}, np.float32, dy, x)
+                    v = C.compare(got, ref, x, spec, direction, scale=dy)
             streams = 2 if direction == "forward" else 3
             rows.append([op, direction, mod.NAME, fmt(v.max_abs, 2), "ok" if v.passed else "FAIL",
                          f"{best * 1e3:.2f}", fmt(best / n * 1e9, 2), fmt(streams * 4 * n / best / 1e9, 2)])

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 PEERS = ("torch", "onnxruntime", "numpy")
+_find_spec = importlib.util.find_spec  # one place to look (tests pretend a peer is missing here)
 _INSTALL = {"torch": "pip install torch", "onnxruntime": "pip install onnx onnxruntime", "numpy": ""}
 
 
@@ -44,7 +45,7 @@ def available(peer: str) -> tuple[bool, str]:
     if peer not in PEERS:
         raise ValueError(f"unknown peer {peer!r}; valid peers: {', '.join(PEERS)}")
     mods = {"torch": ("torch",), "onnxruntime": ("onnxruntime", "onnx"), "numpy": ("numpy",)}[peer]
-    missing = [m for m in mods if importlib.util.find_spec(m) is None]
+    missing = [m for m in mods if _find_spec(m) is None]
     if missing:
         return False, f"not installed ({', '.join(missing)} missing; {_INSTALL[peer]})"
     return True, "installed"
@@ -131,10 +132,12 @@ def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                                                             grad_input=o))},
         "softsign": {"fwd": (F.softsign, None)},
         "mish": {"fwd": (F.mish, lambda x, o: A.mish.out(x, out=o)), "bwd": (A.mish_backward, None)},
-        "softshrink": {"fwd": (lambda x: F.softshrink(x, g("lambd")), lambda x, o: A.softshrink.out(x, g("lambd"), out=o)),
+        "softshrink": {"fwd": (lambda x: F.softshrink(x, g("lambd")),
+                               lambda x, o: A.softshrink.out(x, g("lambd"), out=o)),
                        "bwd": (lambda d, x: A.softshrink_backward(d, x, g("lambd")),
                                lambda d, x, o: A.softshrink_backward.grad_input(d, x, g("lambd"), grad_input=o))},
-        "hardshrink": {"fwd": (lambda x: F.hardshrink(x, g("lambd")), lambda x, o: A.hardshrink.out(x, g("lambd"), out=o)),
+        "hardshrink": {"fwd": (lambda x: F.hardshrink(x, g("lambd")),
+                               lambda x, o: A.hardshrink.out(x, g("lambd"), out=o)),
                        "bwd": (lambda d, x: A.hardshrink_backward(d, x, g("lambd")),
                                lambda d, x, o: A.hardshrink_backward.grad_input(d, x, g("lambd"), grad_input=o))},
         "tanhshrink": {"fwd": (F.tanhshrink, None)},
@@ -303,8 +306,8 @@ def _gelu_bwd(dy, x, p, out=None):
     if p["approximate"] == "tanh":
         t = np.tanh(_K * (x + _C * x**3))
         return np.multiply(dy, 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _K * (1 + 3 * _C * x * x), out=out)
-    return np.multiply(dy, 0.5 * (1 + _erf()(x * (1 / math.sqrt(2)))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi),
-                       out=out)
+    pdf = np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
+    return np.multiply(dy, 0.5 * (1 + _erf()(x * (1 / math.sqrt(2)))) + x * pdf, out=out)
 
 
 # f(x, p, out) -> result; `out` given only where the formula's last ufunc produces the whole result.

@@ -116,6 +116,55 @@ def _classify(x: float, got: float, want: float, dtype: np.dtype, kinks: Sequenc
     return "ordinary"
 
 
+def _special_masks(v: np.ndarray, dtype: np.dtype, kinks: Sequence[float]) -> dict[str, np.ndarray]:
+    """Where the special inputs sit in a sample."""
+    fi = np.finfo(dtype)
+    a = np.abs(v)
+    with np.errstate(invalid="ignore"):
+        masks = {
+            "NaN": np.isnan(v), "+inf": v == np.inf, "-inf": v == -np.inf, "zero": v == 0,
+            "subnormal": (a > 0) & (a < float(fi.tiny)), "overflow": np.isfinite(v) & (a >= 1000),
+        }
+    near = np.zeros(v.shape, bool)
+    for k in kinks:
+        kd = dtype.type(k)
+        for t in (kd, np.nextafter(kd, dtype.type(np.inf)), np.nextafter(kd, dtype.type(-np.inf))):
+            near |= v == t
+    masks["kink"] = near
+    return masks
+
+
+def _judge_subsets(spec, params, direction, dtype, inputs, got, kinks):
+    """Per special category: the shared compare() on just those elements (the Verdict lists only the first few)."""
+    if direction == "forward":
+        (x,) = inputs
+        ref, scale, where = C.reference(spec, direction, params, dtype, x), None, x
+    else:
+        dy, x = inputs
+        ref = C.reference(spec, direction, params, dtype, dy, x)
+        scale, where = (dy, x) if direction == "backward" else (dy.astype(np.float64) * x, x)
+    ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+    flat = where.reshape(-1)
+    sc = None if scale is None else np.asarray(scale).reshape(-1)
+    out = {}
+    for name, m in _special_masks(flat, dtype, kinks).items():
+        if m.any():
+            v = C.compare(got.reshape(-1)[m], ref[m], flat[m], spec, direction,
+                          scale=None if sc is None else sc[m], params=params if direction != "backward_y" else None)
+            if not v.passed:
+                out[name] = v
+    return out
+
+
+def _failing_specials(spec, params, direction, dtype, inputs, got, kinks) -> list[str]:
+    return list(_judge_subsets(spec, params, direction, dtype, inputs, got, kinks))
+
+
+def special_examples(spec, params, direction, dtype, inputs, got, kinks) -> list[tuple[float, float, float]]:
+    """One failing (x, got, want) per failing special category."""
+    return [v.bad[0] for v in _judge_subsets(spec, params, direction, dtype, inputs, got, kinks).values() if v.bad]
+
+
 def ulp_between(a: np.ndarray, b: np.ndarray) -> float:
     """Largest difference in ULP of their dtype between two results (NaN/inf placement must agree)."""
     a64, b64 = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
@@ -198,13 +247,18 @@ def _one_case(chosen, op, params, direction, dt) -> list[CheckRow]:
             continue
         to_kind, from_kind = _movers(kind)
         captured: list[np.ndarray] = []
+        inputs: list[np.ndarray] = []
 
         def keep(a, _from=from_kind, _cap=captured):
             _cap.append(np.asarray(_from(a)))
             return _cap[-1]
 
+        def send(a, _to=to_kind, _inp=inputs):
+            _inp.append(a)
+            return _to(a)
+
         try:
-            v = C.run_case(name, op, direction, dt, params, to_kind=to_kind, from_kind=keep)
+            v = C.run_case(name, op, direction, dt, params, to_kind=send, from_kind=keep)
         except Exception as e:
             row.status, row.error = "error", f"{type(e).__name__}: {e}"
             continue
@@ -216,6 +270,10 @@ def _one_case(chosen, op, params, direction, dt) -> list[CheckRow]:
             row.status = "FAIL"
             dtype = np.dtype(dt)
             row.bad_kinds = sorted({_classify(x, g, w, dtype, kinks) for x, g, w in v.bad})
+            if captured and op != "prelu":
+                special = _failing_specials(spec, params, direction, dtype, inputs, captured[-1], kinks)
+                row.bad_kinds = sorted(set(row.bad_kinds) | set(special))
+                row.bad = (special_examples(spec, params, direction, dtype, inputs, captured[-1], kinks) + row.bad)[:8]
     for a, b in itertools.combinations(sorted(results), 2):
         d = ulp_between(results[a], results[b])
         for r in made:
