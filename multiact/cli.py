@@ -127,10 +127,10 @@ def render_check(report: dict[str, Any], full: bool = False) -> str:
     if full:
         for r in rows:
             vs = max(r.vs.values(), default=None)
-            out.append([r.backend, f"{r.op}[{r.case}]", r.direction, r.dtype, _status(r), fmt(r.max_ulp),
-                        fmt(r.max_abs), fmt(vs), ",".join(r.bad_kinds)])
-        lines.append(table(out, ["backend", "op", "direction", "dtype", "result", "max ulp", "max abs", "vs others",
-                                 "bad values"], "lllllrrrl"))
+            out.append([r.backend, f"{r.op}[{r.case}]", r.direction, r.dtype, _status(r), fmt(r.tol_used, 2),
+                        fmt(r.max_ulp), fmt(r.max_abs), fmt(vs), ",".join(r.bad_kinds)])
+        lines.append(table(out, ["backend", "op", "direction", "dtype", "result", "err/tol", "max ulp", "max abs",
+                                 "vs others", "bad values"], "lllllrrrrl"))
     else:
         groups: dict[tuple[str, str], list] = {}
         for r in rows:
@@ -138,23 +138,27 @@ def render_check(report: dict[str, Any], full: bool = False) -> str:
         for (backend, opcase), rs in groups.items():
             per_dt = []
             for dt in dtypes:
-                got = [r for r in rs if r.dtype == dt and r.status != "unsupported"]
-                per_dt.append(fmt(max(r.max_ulp for r in got), 2) if got else "-")
+                got = [r.tol_used for r in rs if r.dtype == dt and r.tol_used is not None]
+                per_dt.append(fmt(max(got), 2) if got else "-")
             vs = max((v for r in rs for v in r.vs.values()), default=None)
             n_fail = sum(r.failed for r in rs)
             status = "ok" if not n_fail else f"FAIL ({n_fail})"
             if all(r.status == "unsupported" for r in rs):
                 status = "unsupported"
             out.append([backend, opcase, *per_dt, fmt(vs, 2), status])
-        lines.append(table(out, ["backend", "op", *(f"{d} ulp" for d in dtypes), "vs others", "result"],
+        lines.append(table(out, ["backend", "op", *(f"{d} err/tol" for d in dtypes), "vs others (ulp)", "result"],
                            "ll" + "r" * len(dtypes) + "rl"))
+        lines.append("err/tol: worst error over the tolerance of ops.py (<= 1 passes), over every direction; "
+                     "vs others: largest\ndifference in ULP from another backend on the same inputs. "
+                     "Per-row ULP and absolute errors: --full or --json.")
     failed = [r for r in rows if r.failed]
     if failed:
         lines += ["", f"{len(failed)} failure(s):"]
         for r in failed:
             lines.append(f"- {r.backend} {r.op}[{r.case}] {r.direction} {r.dtype}: " + (
                 f"error: {r.error}" if r.status == "error" else
-                f"{r.n_bad} bad values, max {fmt(r.max_ulp)} ulp / {fmt(r.max_abs)} abs; at {', '.join(r.bad_kinds)}"))
+                f"{r.n_bad} bad values, {fmt(r.tol_used, 2)} x tolerance, max {fmt(r.max_ulp)} ulp / {fmt(r.max_abs)} "
+                f"abs; failing inputs: {', '.join(r.bad_kinds)}"))
             for x, g, w in r.bad[:4]:
                 lines.append(f"    x={x!r}: got {g!r}, want {w!r}")
     n = {s: sum(r.status == s for r in rows) for s in ("pass", "FAIL", "error", "unsupported")}

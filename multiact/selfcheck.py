@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from . import consistency as C
 from . import registry
-from .ops import FLOAT_DTYPES, OPS
+from .ops import FLOAT_DTYPES, OPS, Tolerance
 
 CHECK_DIRECTIONS = ("forward", "backward", "backward_y")
 
@@ -37,6 +37,7 @@ class CheckRow:
     status: str  # "pass" | "FAIL" | "error" | "unsupported"
     max_ulp: float = 0.0
     max_abs: float = 0.0
+    tol_used: float | None = None  # worst error / tolerance: <= 1 passes (None: not run)
     n_bad: int = 0
     bad_kinds: list[str] = field(default_factory=list)  # NaN, +inf, subnormal, overflow, kink, ...
     bad: list[tuple[float, float, float]] = field(default_factory=list)  # (x, got, want)
@@ -134,35 +135,68 @@ def _special_masks(v: np.ndarray, dtype: np.dtype, kinks: Sequence[float]) -> di
     return masks
 
 
-def _judge_subsets(spec, params, direction, dtype, inputs, got, kinks):
-    """Per special category: the shared compare() on just those elements (the Verdict lists only the first few)."""
+def _prepared(spec, params, direction, dtype, inputs):
+    """(ref, x the verdict is keyed on, scale, params for compare) from the inputs run_case sent."""
+    if spec.name == "prelu":  # as run_case builds it: a weight along axis 1 of the (n, 4) input
+        w = C.prelu_weight(inputs[-1], params["weight"])
+        params = {"weight": w.reshape(1, -1) if w.size > 1 else w.reshape(1, 1), "axis": 1}
     if direction == "forward":
         (x,) = inputs
-        ref, scale, where = C.reference(spec, direction, params, dtype, x), None, x
-    else:
-        dy, x = inputs
-        ref = C.reference(spec, direction, params, dtype, dy, x)
-        scale, where = (dy, x) if direction == "backward" else (dy.astype(np.float64) * x, x)
-    ref = np.asarray(ref, dtype=np.float64).reshape(-1)
+        return np.asarray(C.reference(spec, direction, params, dtype, x)), x, None, params
+    dy, x = inputs
+    ref = np.asarray(C.reference(spec, direction, params, dtype, dy, x))
+    if direction == "backward":
+        return ref, x, dy, params
+    return ref, x, dy.astype(np.float64) * x, None  # backward_y: keyed on y, scale dy * y
+
+
+def _judge_subsets(spec, params, direction, dtype, inputs, got, kinks) -> dict[str, C.Verdict]:
+    """Per special category: the shared compare() on just those elements (a Verdict lists only the first few)."""
+    ref, where, scale, cparams = _prepared(spec, params, direction, dtype, inputs)
+    ref = ref.astype(np.float64).reshape(-1)
     flat = where.reshape(-1)
     sc = None if scale is None else np.asarray(scale).reshape(-1)
     out = {}
     for name, m in _special_masks(flat, dtype, kinks).items():
         if m.any():
             v = C.compare(got.reshape(-1)[m], ref[m], flat[m], spec, direction,
-                          scale=None if sc is None else sc[m], params=params if direction != "backward_y" else None)
+                          scale=None if sc is None else sc[m], params=cparams)
             if not v.passed:
                 out[name] = v
     return out
 
 
-def _failing_specials(spec, params, direction, dtype, inputs, got, kinks) -> list[str]:
-    return list(_judge_subsets(spec, params, direction, dtype, inputs, got, kinks))
+def _scaled(tol: Tolerance, k: float) -> Tolerance:
+    cond = None if tol.cond is None else (lambda x, p, _c=tol.cond: _c(x, p) * k)
+    return replace(tol, ulp16=tol.ulp16 * k, ulp32=tol.ulp32 * k, ulp64=tol.ulp64 * k, fwd_atol=tol.fwd_atol * k,
+                   bwd_atol=tol.bwd_atol * k, y_atol=tol.y_atol * k, cond=cond)
 
 
-def special_examples(spec, params, direction, dtype, inputs, got, kinks) -> list[tuple[float, float, float]]:
-    """One failing (x, got, want) per failing special category."""
-    return [v.bad[0] for v in _judge_subsets(spec, params, direction, dtype, inputs, got, kinks).values() if v.bad]
+def tolerance_used(spec, params, direction, dtype, inputs, got) -> float:
+    """The worst element's error as a fraction of the op's tolerance (1 = at the limit; inf = NaN/inf misplaced).
+
+    Found by bisection on a scaled tolerance with the shared compare(), so it is exactly the suite's rule.
+    """
+    ref, where, scale, cparams = _prepared(spec, params, direction, dtype, inputs)
+
+    def ok(k: float) -> bool:
+        return C.compare(got, ref, where, replace(spec, tol=_scaled(spec.tol, k)), direction, scale=scale,
+                         params=cparams).passed
+
+    if ok(1e-12):  # (not 0: spacing(max) is inf, and 0 * inf would fail an exact result)
+        return 0.0
+    if not ok(1e9):
+        return float("inf")
+    hi = 1.0
+    while not ok(hi):
+        hi *= 16
+    while hi > 1e-6 and ok(hi / 16):
+        hi /= 16
+    lo = hi / 16
+    for _ in range(14):  # about 3 significant digits
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
 
 
 def ulp_between(a: np.ndarray, b: np.ndarray) -> float:
@@ -265,15 +299,18 @@ def _one_case(chosen, op, params, direction, dt) -> list[CheckRow]:
         if captured:
             results[name] = captured[-1]
         row.max_ulp, row.max_abs, row.n_bad = v.max_ulp, v.max_abs, v.n_bad
+        if captured:
+            row.tol_used = tolerance_used(spec, params, direction, np.dtype(dt), inputs, captured[-1])
         row.bad = [(float(x), float(g), float(w)) for x, g, w in v.bad[:8]]
         if not v.passed:
             row.status = "FAIL"
             dtype = np.dtype(dt)
             row.bad_kinds = sorted({_classify(x, g, w, dtype, kinks) for x, g, w in v.bad})
-            if captured and op != "prelu":
-                special = _failing_specials(spec, params, direction, dtype, inputs, captured[-1], kinks)
+            if captured:  # every failing special value, with one example each
+                special = _judge_subsets(spec, params, direction, dtype, inputs, captured[-1], kinks)
                 row.bad_kinds = sorted(set(row.bad_kinds) | set(special))
-                row.bad = (special_examples(spec, params, direction, dtype, inputs, captured[-1], kinks) + row.bad)[:8]
+                examples = [v.bad[0] for v in special.values() if v.bad]
+                row.bad = (examples + [b for b in row.bad if b not in examples])[:8]
     for a, b in itertools.combinations(sorted(results), 2):
         d = ulp_between(results[a], results[b])
         for r in made:

@@ -70,7 +70,8 @@ def test_check_passes_and_writes_json(capsys, tmp_path):
     # relu: forward, backward, backward_y; sigmoid the same: 6 rows in float32
     assert len(rep["rows"]) == 6 and rep["counts"]["pass"] == 6
     row = rep["rows"][0]
-    assert {"backend", "op", "case", "direction", "dtype", "status", "max_ulp", "max_abs", "bad_kinds", "vs"} <= set(row)
+    fields = {"backend", "op", "case", "direction", "dtype", "status", "max_ulp", "max_abs", "bad_kinds", "vs"}
+    assert fields <= set(row)
     assert {r["direction"] for r in rep["rows"]} == {"forward", "backward", "backward_y"}
 
 
