@@ -128,9 +128,9 @@ def render_check(report: dict[str, Any], full: bool = False) -> str:
         for r in rows:
             vs = max(r.vs.values(), default=None)
             out.append([r.backend, f"{r.op}[{r.case}]", r.direction, r.dtype, _status(r), fmt(r.tol_used, 2),
-                        fmt(r.max_ulp), fmt(r.max_abs), fmt(vs), ",".join(r.bad_kinds)])
+                        fmt(r.max_ulp), fmt(r.max_abs), fmt(vs, 2), ",".join(r.bad_kinds)])
         lines.append(table(out, ["backend", "op", "direction", "dtype", "result", "err/tol", "max ulp", "max abs",
-                                 "vs others", "bad values"], "lllllrrrrl"))
+                                 "vs others (err/tol)", "bad values"], "lllllrrrrl"))
     else:
         groups: dict[tuple[str, str], list] = {}
         for r in rows:
@@ -141,26 +141,33 @@ def render_check(report: dict[str, Any], full: bool = False) -> str:
                 got = [r.tol_used for r in rs if r.dtype == dt and r.tol_used is not None]
                 per_dt.append(fmt(max(got), 2) if got else "-")
             vs = max((v for r in rs for v in r.vs.values()), default=None)
-            n_fail = sum(r.failed for r in rs)
-            status = "ok" if not n_fail else f"FAIL ({n_fail})"
+            n_fail, n_err = sum(r.status == "FAIL" for r in rs), sum(r.status == "error" for r in rs)
+            status = " ".join([f"FAIL ({n_fail})"] * bool(n_fail) + [f"error ({n_err})"] * bool(n_err)) or "ok"
             if all(r.status == "unsupported" for r in rs):
                 status = "unsupported"
             out.append([backend, opcase, *per_dt, fmt(vs, 2), status])
-        lines.append(table(out, ["backend", "op", *(f"{d} err/tol" for d in dtypes), "vs others (ulp)", "result"],
+        lines.append(table(out, ["backend", "op", *(f"{d} err/tol" for d in dtypes), "vs others", "result"],
                            "ll" + "r" * len(dtypes) + "rl"))
-        lines.append("err/tol: worst error over the tolerance of ops.py (<= 1 passes), over every direction; "
-                     "vs others: largest\ndifference in ULP from another backend on the same inputs. "
-                     "Per-row ULP and absolute errors: --full or --json.")
+        lines.append("err/tol: worst error over the op's tolerance (<= 1 passes) in any direction; vs others: the same "
+                     "with another\nbackend's result on the same inputs as the reference. "
+                     "ULP and absolute errors per row: --full or --json.")
     failed = [r for r in rows if r.failed]
     if failed:
         lines += ["", f"{len(failed)} failure(s):"]
+        errors: dict[tuple[str, str], list] = {}
         for r in failed:
-            lines.append(f"- {r.backend} {r.op}[{r.case}] {r.direction} {r.dtype}: " + (
-                f"error: {r.error}" if r.status == "error" else
-                f"{r.n_bad} bad values, {fmt(r.tol_used, 2)} x tolerance, max {fmt(r.max_ulp)} ulp / {fmt(r.max_abs)} "
-                f"abs; failing inputs: {', '.join(r.bad_kinds)}"))
+            if r.status == "error":  # one line per distinct error
+                errors.setdefault((r.backend, r.error), []).append(r)
+                continue
+            lines.append(f"- {r.backend} {r.op}[{r.case}] {r.direction} {r.dtype}: {r.n_bad} bad values, "
+                         f"{fmt(r.tol_used, 2)} x tolerance, max {fmt(r.max_ulp)} ulp / {fmt(r.max_abs)} abs; "
+                         f"failing inputs: {', '.join(r.bad_kinds)}")
             for x, g, w in r.bad[:4]:
                 lines.append(f"    x={x!r}: got {g!r}, want {w!r}")
+        for (backend, err), rs in errors.items():
+            where = ", ".join(f"{r.op}[{r.case}] {r.direction} {r.dtype}" for r in rs[:3])
+            more = f" and {len(rs) - 3} more" if len(rs) > 3 else ""
+            lines.append(f"- {backend}: error in {where}{more}: {err}")
     n = {s: sum(r.status == s for r in rows) for s in ("pass", "FAIL", "error", "unsupported")}
     lines += ["", f"{'PASSED' if report['passed'] else 'FAILED'}: {n['pass']} passed, {n['FAIL']} failed, "
                   f"{n['error']} errors, {n['unsupported']} unsupported (registry falls through) "

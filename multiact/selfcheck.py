@@ -41,7 +41,8 @@ class CheckRow:
     n_bad: int = 0
     bad_kinds: list[str] = field(default_factory=list)  # NaN, +inf, subnormal, overflow, kink, ...
     bad: list[tuple[float, float, float]] = field(default_factory=list)  # (x, got, want)
-    vs: dict[str, float] = field(default_factory=dict)  # other backend -> max ulp between the two
+    vs: dict[str, float] = field(default_factory=dict)  # other backend -> err/tol taking its result as the reference
+    vs_ulp: dict[str, float] = field(default_factory=dict)  # other backend -> max ulp between the two
     error: str = ""
 
     @property
@@ -172,15 +173,18 @@ def _scaled(tol: Tolerance, k: float) -> Tolerance:
                    bwd_atol=tol.bwd_atol * k, y_atol=tol.y_atol * k, cond=cond)
 
 
-def tolerance_used(spec, params, direction, dtype, inputs, got) -> float:
+def tolerance_used(spec, params, direction, dtype, inputs, got, ref: np.ndarray | None = None) -> float:
     """The worst element's error as a fraction of the op's tolerance (1 = at the limit; inf = NaN/inf misplaced).
 
-    Found by bisection on a scaled tolerance with the shared compare(), so it is exactly the suite's rule.
+    Against the float64 reference, or against `ref` (another backend's result) when given.  Found by
+    bisection on a scaled tolerance with the shared compare(), so it is exactly the suite's rule.
     """
-    ref, where, scale, cparams = _prepared(spec, params, direction, dtype, inputs)
+    ref64, where, scale, cparams = _prepared(spec, params, direction, dtype, inputs)
+    if ref is not None:
+        ref64 = ref.astype(np.float64)
 
     def ok(k: float) -> bool:
-        return C.compare(got, ref, where, replace(spec, tol=_scaled(spec.tol, k)), direction, scale=scale,
+        return C.compare(got, ref64, where, replace(spec, tol=_scaled(spec.tol, k)), direction, scale=scale,
                          params=cparams).passed
 
     if ok(1e-12):  # (not 0: spacing(max) is inf, and 0 * inf would fail an exact result)
@@ -266,7 +270,7 @@ def _one_case(chosen, op, params, direction, dt) -> list[CheckRow]:
     spec = OPS[op]
     case = C.case_id(params)
     made: list[CheckRow] = []
-    results: dict[str, np.ndarray] = {}
+    results: dict[str, tuple[np.ndarray, list[np.ndarray]]] = {}
     kinks = spec.kinks(C._rounded(spec, params, dt)) if op != "prelu" else (0.0,)
     for name, kind in chosen:
         row = CheckRow(name, op, case, direction, dt, "pass")
@@ -297,7 +301,7 @@ def _one_case(chosen, op, params, direction, dt) -> list[CheckRow]:
             row.status, row.error = "error", f"{type(e).__name__}: {e}"
             continue
         if captured:
-            results[name] = captured[-1]
+            results[name] = (captured[-1], inputs)
         row.max_ulp, row.max_abs, row.n_bad = v.max_ulp, v.max_abs, v.n_bad
         if captured:
             row.tol_used = tolerance_used(spec, params, direction, np.dtype(dt), inputs, captured[-1])
@@ -311,13 +315,11 @@ def _one_case(chosen, op, params, direction, dt) -> list[CheckRow]:
                 row.bad_kinds = sorted(set(row.bad_kinds) | set(special))
                 examples = [v.bad[0] for v in special.values() if v.bad]
                 row.bad = (examples + [b for b in row.bad if b not in examples])[:8]
-    for a, b in itertools.combinations(sorted(results), 2):
-        d = ulp_between(results[a], results[b])
-        for r in made:
-            if r.backend == a:
-                r.vs[b] = d
-            elif r.backend == b:
-                r.vs[a] = d
+    by_name = {r.backend: r for r in made}
+    for a, b in itertools.permutations(sorted(results), 2):
+        (got_a, inputs), (got_b, _) = results[a], results[b]
+        by_name[a].vs[b] = tolerance_used(spec, params, direction, np.dtype(dt), inputs, got_a, ref=got_b)
+        by_name[a].vs_ulp[b] = ulp_between(got_a, got_b)
     return made
 
 
