@@ -148,23 +148,35 @@ class Row:
 def time_interleaved(fns: Sequence[Callable[[], Any]], samples: int = 7, sample_s: float = 2e-3,
                      budget_s: float = 3.0) -> list[tuple[list[float], int]]:
     """Per function: (seconds per call of each sample, calls per sample), rounds in rotating order."""
-    calls = []
-    for f in fns:  # warm up: first calls compile, build sessions, fault pages in
+    calls: list[tuple[int, float]] = []
+    pre: list[list[float]] = []
+    for f in fns:  # warm up (first calls compile, build sessions, fault pages in), then calibrate
         t0 = time.perf_counter()
         f()
         one = time.perf_counter() - t0
-        if one < 0.05:  # a slow call's first run is a fair estimate; a fast one's is not
-            t0 = time.perf_counter()
-            f()
-            one = time.perf_counter() - t0
-        one = max(one, 1e-7)
-        calls.append((max(1, int(sample_s / one)), one))
+        if one < 0.1:  # a slow call's first run is a fair estimate; time fast ones in growing batches
+            n = 1
+            while True:
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    f()
+                took = time.perf_counter() - t0
+                if took >= sample_s / 2 or n >= 1 << 20:
+                    break
+                n *= 4
+            one = took / n
+        one = max(one, 1e-8)
+        calls.append((max(1, round(sample_s / one)), one))
+        # A call of half a second or more: its warm-up is within noise of a timed call; keep it as a sample.
+        pre.append([one] if one >= 0.5 else [])
     per_round = sum(n * one for n, one in calls)
     rounds = max(3, min(samples, int(budget_s / max(per_round, 1e-9))))
-    out: list[list[float]] = [[] for _ in fns]
+    out: list[list[float]] = pre
     for r in range(rounds):
         for j in range(len(fns)):
             i = (j + r) % len(fns)
+            if r == rounds - 1 and len(out[i]) >= rounds:
+                continue
             f, n = fns[i], calls[i][0]
             t0 = time.perf_counter()
             for _ in range(n):
@@ -309,12 +321,17 @@ def _one_config(op, direction, dtype, n, threads, arrays, out, backends, peers, 
     return made
 
 
-def plot(rows: Sequence[Row], path: str, title: str | None = None) -> None:
-    """GB/s against size, one panel per (op, direction, dtype), one line per implementation and mode."""
+def plot(rows: Sequence[Row], path: str, title: str | None = None, note: str = "") -> None:
+    """GB/s against size, one panel per (op, direction, dtype).
+
+    Colour: the implementation; solid: allocating calls, dashed: into a preallocated out=; marker: thread
+    count; dotted grey: np.copyto of the same bytes, the bandwidth limit.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
     from . import sysinfo
 
@@ -323,7 +340,7 @@ def plot(rows: Sequence[Row], path: str, title: str | None = None) -> None:
         panels.setdefault((r.op, r.direction, r.dtype), []).append(r)
     keys = list(panels)
     ops = list(dict.fromkeys(k[0] for k in keys))
-    cols = [c for c in dict.fromkeys((k[1], k[2]) for k in keys)]
+    cols = list(dict.fromkeys((k[1], k[2]) for k in keys))
     if len(ops) * len(cols) != len(keys) or len(cols) > 4:  # ragged: just wrap
         ncols = min(4, len(keys))
         grid = {k: divmod(i, ncols) for i, k in enumerate(keys)}
@@ -331,50 +348,64 @@ def plot(rows: Sequence[Row], path: str, title: str | None = None) -> None:
     else:
         ncols, nrows = len(cols), len(ops)
         grid = {k: (ops.index(k[0]), cols.index((k[1], k[2]))) for k in keys}
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols + 0.6, 3.3 * nrows + 1.2), squeeze=False)
-    multi_thread = len({r.threads for r in rows}) > 1
-    impls = list(dict.fromkeys(_series(r, multi_thread) for r in rows if r.kind != "baseline"))
-    colors = {s: plt.cm.tab10(i % 10) for i, s in enumerate(impls)}
-    handles: dict[str, Any] = {}
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols + 0.6, 3.3 * nrows + 1.4), squeeze=False)
+    impls = list(dict.fromkeys(display_name(r, long=True) for r in rows if r.kind != "baseline"))
+    colors = {name: plt.cm.tab10(i % 10) for i, name in enumerate(impls)}
+    threads = sorted({r.threads for r in rows})
+    markers = dict(zip(threads, "osD^v<>ph", strict=False))
+    modes = sorted({r.mode for r in rows if r.kind != "baseline"})
     for key, rs in panels.items():
         ax = axes[grid[key]]
-        series: dict[str, list[Row]] = {}
+        series: dict[tuple, list[Row]] = {}
         for r in rs:
-            name = _series(r, multi_thread) if r.kind != "baseline" else f"copy{_thr(r, multi_thread)}"
-            series.setdefault(name, []).append(r)
-        for name, pts in series.items():
+            if r.kind == "baseline" and r.threads != threads[0]:
+                continue  # np.copyto is single-threaded: one line is enough
+            series.setdefault((r.kind, display_name(r, long=True), r.mode, r.threads), []).append(r)
+        for (kind, name, mode, thr), pts in series.items():
             pts.sort(key=lambda r: r.size)
             xs = [r.size for r in pts]
             ys = [r.gb_per_s for r in pts]
+            if kind == "baseline":
+                ax.plot(xs, ys, color="0.55", ls=":", lw=1.6)
+                continue
+            backend = kind == "backend"
+            ax.plot(xs, ys, color=colors[name], lw=2.4 if backend else 1.4, marker=markers[thr],
+                    ms=5.5 if backend else 4.5, ls="--" if mode == "out" else "-")
             lo = [r.bytes / r.q3_s / 1e9 for r in pts]
             hi = [r.bytes / r.q1_s / 1e9 for r in pts]
-            if name.startswith("copy"):
-                (h,) = ax.plot(xs, ys, color="0.55", ls=":", lw=1.5, label="np.copyto, same bytes")
-                handles.setdefault("np.copyto, same bytes", h)
-                continue
-            backend = pts[0].kind == "backend"
-            (h,) = ax.plot(xs, ys, color=colors[name], lw=2.4 if backend else 1.5, marker="o" if backend else "s",
-                           ms=5 if backend else 4, ls="--" if pts[0].mode == "out" else "-", label=name)
-            ax.fill_between(xs, lo, hi, color=colors[name], alpha=0.15, lw=0)
-            handles.setdefault(name, h)
+            ax.fill_between(xs, lo, hi, color=colors[name], alpha=0.12, lw=0)
+        sizes = sorted({r.size for r in rs})
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.set_xticks(sizes)
+        ax.set_xticklabels([size_label(n) for n in sizes])
         ax.set_title(f"{key[0]} {key[1]} ({key[2]})", fontsize=11)
-        ax.set_xticks(sorted({r.size for r in rs}))
-        ax.set_xticklabels([size_label(s) for s in sorted({r.size for r in rs})])
         ax.grid(True, which="major", alpha=0.3)
-        ax.set_xlabel("elements")
-        ax.set_ylabel("GB/s (read + written)")
+        ax.set_xlabel("elements", fontsize=9)
+        ax.set_ylabel("GB/s (read + written)", fontsize=9)
     for i in range(nrows):
         for j in range(ncols):
             if (i, j) not in grid.values():
                 axes[i, j].set_visible(False)
+    handles = [Line2D([], [], color=colors[n], lw=2.4 if n.startswith("multiact") else 1.4) for n in impls]
+    labels = list(impls)
+    handles.append(Line2D([], [], color="0.55", ls=":", lw=1.6))
+    labels.append("np.copyto, same bytes")
+    if len(modes) > 1:
+        handles += [Line2D([], [], color="k", ls="-"), Line2D([], [], color="k", ls="--")]
+        labels += ["allocating", "into out="]
+    if len(threads) > 1:
+        handles += [Line2D([], [], color="k", ls="", marker=markers[t]) for t in threads]
+        labels += [f"{t} thread{'s' if t > 1 else ''}" for t in threads]
+    ncol = min(len(labels), max(3, 2 * ncols + 1))
+    legend_rows = (len(labels) + ncol - 1) // ncol
     cpu = sysinfo.cpu()
-    fig.suptitle(title or f"multiact bench on {cpu['model']} ({cpu['usable_cpus']} CPUs); higher is better; "
-                 "band: interquartile range", fontsize=12)
-    fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=min(6, len(handles)), fontsize=9,
-               frameon=False)
-    fig.tight_layout(rect=(0, 0.1 if len(handles) > 6 else 0.07, 1, 0.95))
+    thr = ",".join(str(t) for t in threads)
+    fig.suptitle(title or f"multiact bench on {cpu['model']} ({cpu['usable_cpus']} CPUs, {thr} threads{note}); "
+                 "higher is better; band: interquartile range", fontsize=11)
+    bottom = (0.35 + 0.28 * legend_rows) / fig.get_figheight()
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.45 / fig.get_figheight()))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -389,13 +420,3 @@ def display_name(r: Row, long: bool = False) -> str:
     if r.kind == "peer":
         return PEER_LABELS.get(r.impl, r.impl) if long else {"numpy": "np formula"}.get(r.impl, r.impl)
     return "np.copyto" if long else "copy"
-
-
-def _thr(r: Row, show: bool) -> str:
-    return f", {r.threads} thr" if show else ""
-
-
-def _series(r: Row, multi_thread: bool) -> str:
-    """Legend label of the line a row belongs to."""
-    mode = ", out=" if r.mode == "out" else ""
-    return f"{display_name(r, long=True)}{mode}{_thr(r, multi_thread)}"

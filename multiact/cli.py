@@ -227,7 +227,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
                                 "skipped": res["skipped"], "skipped_backends": res["skipped_backends"],
                                 "missing_peers": res["missing_peers"]})
     if args.plot:
-        bench.plot(res["rows"], args.plot)
+        bench.plot(res["rows"], args.plot, note=f", load {load_before[0]:.1f}" if load_before else "")
         print(f"plot written to {args.plot}")
     return 0
 
