@@ -33,6 +33,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `multiact bench | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _csv(text: str) -> list[str]:
@@ -78,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="torch, onnxruntime, numpy, or none (default: all three)")
     bench.add_argument("--out", action="store_true", help="also time calls into a preallocated out=")
     bench.add_argument("--samples", type=int, default=7, help="timed samples per implementation (default 7)")
+    bench.add_argument("--wide", action="store_true",
+                       help="one row per case, one ns/element column per implementation (for a README)")
     bench.add_argument("--json", metavar="FILE", help="write every sample and the machine description as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="plot GB/s against size, one panel per op")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -217,7 +224,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     res = bench.run(ops, dtypes, sizes, threads, directions, _many(args.backend), peer_names, modes,
                     samples=args.samples, progress=bar)
     wall = time.perf_counter() - t0
-    print(render_bench(res))
+    print(render_bench_wide(res) if args.wide else render_bench(res))
     print(f"\n{len(res['rows'])} timings in {wall:.0f} s; load average before {load_before}, "
           f"after {sysinfo.cpu().get('load_average')}")
     if args.json:
@@ -264,6 +271,34 @@ def render_bench(res: dict[str, Any]) -> str:
                  "over the backend's (same mode).")
     lines += notes
     return "\n".join(lines)
+
+
+def render_bench_wide(res: dict[str, Any]) -> str:
+    """ns/element per implementation side by side, one row per (op, direction, dtype, size, threads, mode)."""
+    from .bench import display_name, size_label
+
+    rows = res["rows"]
+    impls = list(dict.fromkeys(display_name(r) for r in rows if r.kind != "baseline"))
+    copies = {(r.op, r.direction, r.dtype, r.size, r.threads): r for r in rows if r.kind == "baseline"}
+    cases: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if r.kind != "baseline":
+            cases.setdefault((r.op, r.direction, r.dtype, r.size, r.threads, r.mode), {})[display_name(r)] = r
+    out = []
+    for (op, direction, dtype, size, threads, mode), d in cases.items():
+        backs = [r for r in d.values() if r.kind == "backend"]
+        peers_ = [r for r in d.values() if r.kind == "peer"]
+        ratio = ""
+        if backs and peers_:
+            ratio = f"{min(p.median_s for p in peers_) / min(b.median_s for b in backs):.2f}x"
+        copy = copies.get((op, direction, dtype, size, threads))
+        out.append([op, {"forward": "fwd", "backward": "bwd"}[direction], dtype, size_label(size), threads, mode,
+                    *(fmt(d[i].ns_per_element) if i in d else "-" for i in impls),
+                    fmt(copy.ns_per_element) if copy else "-", ratio])
+    head = ["op", "dir", "dtype", "size", "thr", "mode", *impls, "copy", "best ma vs best peer"]
+    return (table(out, head, "llllrl" + "r" * (len(impls) + 2))
+            + "\nns per element, median of interleaved samples (lower is better); copy: np.copyto of the same "
+              "bytes;\nlast column: the best peer's time over the best multiact backend's (above 1: multiact faster).")
 
 
 # ---- demo -----------------------------------------------------------------------

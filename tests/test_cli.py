@@ -195,6 +195,15 @@ def test_bench_tiny_json_and_table(capsys, tmp_path):
     assert rep["meta"]["cpu"]["arch"] and rep["missing_peers"] == {}
 
 
+def test_bench_wide_table(capsys):
+    rc, out, _ = run(capsys, "bench", "--op", "relu", "--size", "1K", "--peers", "numpy", "--backend", "numpy",
+                     "--samples", "3", "--wide", "--no-progress")
+    assert rc == 0
+    header, rule, *rows = out.splitlines()
+    assert header.split()[:6] == ["op", "dir", "dtype", "size", "thr", "mode"] and "ma:numpy" in header
+    assert rows[0].split()[:4] == ["relu", "fwd", "float32", "1K"] and rows[0].endswith("x")
+
+
 def test_bench_reports_missing_peers(capsys, tmp_path, monkeypatch):
     real = peers._find_spec
     monkeypatch.setattr(peers, "_find_spec", lambda name: None if name == "torch" else real(name))
