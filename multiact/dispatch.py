@@ -28,11 +28,14 @@ def _kind(a: Any) -> str:
 
 
 def _same_kind(op: str, named: dict[str, Any]) -> str:
-    kinds = {name: _kind(a) for name, a in named.items() if a is not None}
-    if len(set(kinds.values())) > 1:
-        desc = ", ".join(f"{n} is {_arrays.library_of(named[n])}" for n in kinds)
-        raise TypeError(f"{op}(): arrays must live on the same device and library: {desc}")
-    return next(iter(kinds.values()))
+    """The one array kind of a call; mixed libraries or devices are a TypeError naming them."""
+    raw = {name: _arrays.kind_of(a) for name, a in named.items() if a is not None}
+    libs = {k for k in raw.values() if k != "other"}  # lists and floats go with anything on the host
+    if len(libs) > 1 or (not libs <= set(_HOST_KINDS) and "other" in raw.values()):
+        desc = ", ".join(f"{n} is {_arrays.library_of(named[n])}" for n in raw)
+        raise TypeError(f"{op}(): arrays must come from one library on one device: {desc}")
+    k = next(iter(libs), "numpy")
+    return "numpy" if k in _HOST_KINDS else k
 
 
 def _host(op: str, named: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -134,6 +137,71 @@ def _run(mod: Any, kernel: Any, spec: OpSpec, direction: str, dtype: str, args: 
         raise
 
 
+# Per-op caches of the generated functions' hot path:
+# (direction, dtype, *param types and values, backend, use() scope, MULTIACT_BACKEND) -> _Fast.
+_fast_caches: dict[str, dict[tuple, Any]] = {}
+
+
+class _Fast:
+    """A resolved call: the kernel, its checked parameters, and who runs it."""
+
+    __slots__ = ("kernel", "p", "mod", "what")
+
+    def __init__(self, kernel, p, mod, what):
+        self.kernel, self.p, self.mod, self.what = kernel, p, mod, what
+
+
+def fast_cache(spec: OpSpec) -> dict[tuple, Any]:
+    return _fast_caches.setdefault(spec.name, {})
+
+
+def clear_fast_caches() -> None:
+    for c in _fast_caches.values():
+        c.clear()
+
+
+def out_ok(out: Any, *inputs: np.ndarray) -> bool:
+    """True when out is a fresh, writeable NumPy array matching the inputs (else the slow path judges)."""
+    x = inputs[-1]
+    return (
+        type(out) is np.ndarray
+        and out.dtype == x.dtype
+        and out.shape == x.shape
+        and out.flags.writeable
+        # two arrays that each own their memory cannot overlap; views need the real check
+        and (
+            (out.base is None and all(a.base is None for a in inputs))
+            or not any(np.may_share_memory(out, a) for a in inputs)
+        )
+    )
+
+
+def run_fast(hit: _Fast, args: tuple) -> None:
+    try:
+        hit.kernel(*args, hit.p)
+    except Exception as e:
+        if hasattr(e, "add_note"):
+            e.add_note(f"multiact: raised by backend {hit.mod.NAME!r} running {hit.what}")
+        raise
+
+
+def _remember(spec: OpSpec, direction: str, dtype: Any, params: dict, backend, mod, kernel, p) -> None:
+    """Store a resolved call where the generated function's fast path will find it next time."""
+    if spec.name == "prelu" or direction not in ("forward", "backward"):
+        return
+    key = (direction, dtype)
+    for name in spec.param_names:
+        v = params.get(name, spec.params[spec.param_names.index(name)].default)
+        key += (v.__class__, v)
+    key += (backend, registry._scope.get(), registry._env_backend)
+    cache = fast_cache(spec)
+    if len(cache) < 1024:
+        try:
+            cache[key] = _Fast(kernel, p, mod, f"{spec.name} {direction} in {dtype}")
+        except TypeError:  # unhashable parameter value
+            pass
+
+
 def _call_ndarrays(spec: OpSpec, direction: str, named: dict, params: dict, out: Any, backend: str | None) -> Any:
     """The hot path: NumPy arrays of one float dtype and shape; None if the call is not that simple."""
     arrs = tuple(named.values())
@@ -148,6 +216,7 @@ def _call_ndarrays(spec: OpSpec, direction: str, named: dict, params: dict, out:
     else:
         _check_out(spec.name, out, named, x0)
         res = out
+    _remember(spec, direction, x0.dtype, params, backend, mod, kernel, p)
     _run(mod, kernel, spec, direction, dtype, arrs + (res,), p)
     return res
 
@@ -196,6 +265,8 @@ def call(
     if out is None:
         res = np.empty_like(like)
     else:
+        if not (isinstance(out, np.ndarray) or _arrays.kind_of(out) == "torch"):
+            raise TypeError(f"{op}(): out must be an array to write into, got {type(out).__name__}")
         res = _arrays.as_host_array(out, f"{op}(): out")
         _check_out(op, res, arrs, like)
     _run(mod, kernel, spec, direction, dtype, ins + (res,), p)

@@ -266,6 +266,9 @@ def _select(op, direction, dtype, kind, explicit, prefs, env):
 def clear_cache() -> None:
     """Forget detections, choices and MULTIACT_BACKEND (re-read it): after installing a backend, in tests."""
     global _env_backend
+    from .dispatch import clear_fast_caches
+
+    clear_fast_caches()
     with _lock:
         _cache.clear()
         _kernels.clear()

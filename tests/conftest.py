@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 import pytest
 
 import multiact as ma
+
+# tests/cuda needs the CUDA simulator switched on before numba is imported: it runs in a process of
+# its own, started by tests/test_cuda_simulator.py (or directly with `pytest tests/cuda`).
+collect_ignore = [] if any(a.rstrip("/").endswith("cuda") for a in sys.argv) else ["cuda"]
 
 
 def host_backends() -> list:
@@ -24,6 +29,18 @@ def host_backends() -> list:
             mark = () if info.available else (pytest.mark.skip(reason=f"{info.name}: {info.reason}"),)
             out.append(pytest.param(info.name, marks=mark, id=info.name))
     return out
+
+
+def supports(backend: str, op: str, direction: str, dtype: str) -> bool:
+    from multiact import registry
+
+    return registry.module(backend).supports(op, direction, str(dtype))
+
+
+def require(backend: str, op: str, direction: str, dtype: str) -> None:
+    """Skip when the backend has no such kernel (the registry would fall through to another)."""
+    if not supports(backend, op, direction, dtype):
+        pytest.skip(f"{backend} has no {op} {direction} kernel for {dtype} (the registry falls through)")
 
 
 @pytest.fixture

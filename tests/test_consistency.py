@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import host_backends
+from conftest import host_backends, require
 
 import multiact as ma
 from multiact import consistency as C
@@ -18,14 +18,6 @@ CASES = [
 ]
 
 
-def _supported(backend: str, op: str, direction: str, dtype: str) -> None:
-    from multiact import registry
-
-    mod = registry.module(backend)
-    if not mod.supports(op, direction, dtype):
-        pytest.skip(f"{backend} has no {op} {direction} kernel for {dtype} (the registry falls through)")
-
-
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("op,params", CASES)
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -33,7 +25,7 @@ def test_matches_reference(backend, op, params, dtype):
     spec = OPS[op]
     failures = []
     for direction in C.directions(spec, params):
-        _supported(backend, op, direction, dtype)
+        require(backend, op, direction, dtype)
         v = C.run_case(backend, op, direction, dtype, params)
         if not v.passed:
             failures.append(f"{direction}: {v.describe()}")
@@ -44,6 +36,7 @@ def test_matches_reference(backend, op, params, dtype):
 @pytest.mark.parametrize("op", list(OPS))
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_nan_in_nan_out(backend, op, dtype):
+    require(backend, op, "forward", dtype)
     spec = OPS[op]
     params = C.param_cases(spec)[0]
     x = np.array([np.nan, 1.0, np.nan, -1.0, np.nan], dtype=dtype)
@@ -63,6 +56,7 @@ SIZES = [0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 1000, 4096 * 3 + 5, 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sizes_around_tiles(backend, dtype):
     """Sizes around every plausible vector width and block, for every op, forward and backward."""
+    require(backend, "relu", "forward", dtype)
     rng = np.random.default_rng(7)
     for op, spec in OPS.items():
         params = C.param_cases(spec)[0]
@@ -84,6 +78,7 @@ def test_sizes_around_tiles(backend, dtype):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_layouts_and_in_place(backend, dtype):
     """0-d, strided, transposed and Fortran inputs; out=x in place equals out of place."""
+    require(backend, "relu", "forward", dtype)
     rng = np.random.default_rng(3)
     base = (rng.standard_normal((37, 29)) * 3).astype(dtype)
     views = {
@@ -115,6 +110,7 @@ def test_layouts_and_in_place(backend, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_prelu_channels_and_weight_grad(backend, dtype):
+    require(backend, "prelu", "param_grad", dtype)
     rng = np.random.default_rng(5)
     x = (rng.standard_normal((3, 5, 4, 6)) * 2).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
@@ -141,6 +137,7 @@ def test_prelu_channels_and_weight_grad(backend, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_swish_beta_grad(backend, dtype):
+    require(backend, "swish", "param_grad", dtype)
     rng = np.random.default_rng(9)
     x = (rng.standard_normal(5000) * 3).astype(dtype)
     dy = rng.standard_normal(5000).astype(dtype)

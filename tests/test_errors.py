@@ -58,6 +58,13 @@ def test_bad_input_raises_and_writes_nothing(call, exc, match):
     assert _untouched(out)
 
 
+def test_out_must_be_an_array():
+    with pytest.raises(TypeError, match="out must be an array"):
+        ma.relu(np.float32(1.0), out=np.float32(0.0))
+    with pytest.raises(TypeError, match="out must be an array"):
+        ma.relu([1.0, 2.0], out=[0.0, 0.0])
+
+
 def test_read_only_out():
     out = _out()
     out.flags.writeable = False

@@ -1,0 +1,257 @@
+"""The `ascend` backend: Huawei Ascend NPUs, by two real paths.
+
+- torch_npu tensors (`tensor.device.type == "npu"`): torch's own functional ops, which torch_npu
+  runs as CANN kernels on the NPU (fast_gelu as `torch_npu.npu_fast_gelu`), backward through
+  autograd (CANN's ...Grad kernels); the result stays on the NPU.  torch is never imported here
+  unless the caller already imported it.
+- NumPy arrays, on request (`backend="ascend"`): multiact's ONNX graphs on ONNX Runtime's
+  CANNExecutionProvider (package onnxruntime-cann), through the same session code as the
+  `onnxruntime` backend with only the provider list changed.
+
+Detection does not trust `get_available_providers()` (onnxruntime-cann lists CANN with no NPU):
+it looks for the CANN runtime (libascendcl.so) and the driver tool (npu-smi), then creates a
+session and checks that CANN really runs it.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import glob
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._ort_sessions import Runner
+from ._ort_sessions import supports as _ort_supports
+
+NAME = "ascend"
+PRIORITY = 1  # the only backend for NPU tensors; below every CPU backend for NumPy arrays
+KINDS = ("npu", "numpy")
+CANN = "CANNExecutionProvider"
+_ASCEND_ROOTS = ("/usr/local/Ascend", os.path.expanduser("~/Ascend"))
+
+
+def provider_list() -> list:
+    """Sessions' providers: CANN on ASCEND_DEVICE_ID (default 0), keeping float32 as float32."""
+    device = int(os.environ.get("ASCEND_DEVICE_ID", "0") or 0)
+    return [(CANN, {"device_id": device, "precision_mode": "must_keep_origin_dtype"}), "CPUExecutionProvider"]
+
+
+_runner = Runner(lambda: provider_list())
+
+
+# ---- detection ------------------------------------------------------------------------------
+
+
+def find_ascendcl() -> str | None:
+    """Path of the CANN runtime library, or None."""
+    dirs = [os.environ.get(v, "") for v in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_AICPU_PATH")]
+    dirs = [os.path.join(d, sub) for d in dirs if d for sub in ("lib64", "lib", "")]
+    dirs += os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    for root in _ASCEND_ROOTS:
+        dirs += glob.glob(os.path.join(root, "*", "latest", "lib64")) + glob.glob(os.path.join(root, "*", "lib64"))
+    for d in dirs:
+        if d and os.path.isfile(os.path.join(d, "libascendcl.so")):
+            return os.path.join(d, "libascendcl.so")
+    return ctypes.util.find_library("ascendcl")
+
+
+def find_npu_smi() -> str | None:
+    found = shutil.which("npu-smi")
+    if found:
+        return found
+    for root in _ASCEND_ROOTS:
+        path = os.path.join(root, "driver", "tools", "npu-smi")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _torch_npu_state() -> tuple[bool, str]:
+    """(usable, why) for torch_npu tensors, importing nothing the caller did not import."""
+    if "torch_npu" not in sys.modules:
+        import importlib.util
+
+        if "torch" in sys.modules and importlib.util.find_spec("torch_npu") is not None:
+            return False, "torch_npu is installed but not imported (import torch_npu to use NPU tensors)"
+        return False, "torch_npu is not installed (pip install torch-npu matching your torch and CANN)"
+    try:
+        torch = sys.modules["torch"]
+        if not torch.npu.is_available():
+            return False, "torch_npu is imported but torch.npu.is_available() is False (no NPU or driver)"
+        return True, f"torch_npu on {torch.npu.device_count()} NPU(s)"
+    except Exception as e:
+        return False, f"torch_npu check failed: {type(e).__name__}: {e}"
+
+
+def _cann_state(providers: Callable[[], list] = provider_list) -> tuple[bool, str]:
+    """(usable, why) for ONNX Runtime's CANN execution provider; a real session decides."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return False, "onnxruntime-cann is not installed (pip install 'multiact[ascend]')"
+    except Exception as e:  # onnxruntime-cann is built for NumPy 1.x
+        return False, f"onnxruntime failed to import ({type(e).__name__}: {e}); onnxruntime-cann needs numpy<2"
+    if CANN not in ort.get_available_providers():
+        return False, (f"onnxruntime {ort.__version__} has no {CANN} (pip install 'multiact[ascend]': "
+                       "onnxruntime-cann replaces onnxruntime and needs numpy<2)")
+    missing = []
+    if find_ascendcl() is None:
+        missing.append("the CANN runtime libascendcl.so was not found (install the CANN toolkit and "
+                       "source /usr/local/Ascend/ascend-toolkit/set_env.sh)")
+    if find_npu_smi() is None:
+        missing.append("npu-smi was not found (no Ascend NPU driver on this machine)")
+    if missing:
+        return False, "; ".join(missing)
+    return _session_runs_on_cann(providers)
+
+
+def _session_runs_on_cann(providers: Callable[[], list]) -> tuple[bool, str]:
+    try:
+        import onnxruntime as ort
+
+        from multiact.onnx_export import to_onnx
+
+        from ._ort_sessions import session_options
+
+        sess = ort.InferenceSession(to_onnx("relu").SerializeToString(), session_options(1), providers=providers())
+        got = sess.get_providers()
+    except Exception as e:
+        return False, f"a session on {CANN} failed: {type(e).__name__}: {e}"
+    if got[0] != CANN:
+        return False, f"{CANN} is listed but a session fell back to {got[0]} (check the NPU with npu-smi info)"
+    return True, f"onnxruntime {ort.__version__} with {CANN}"
+
+
+@functools.lru_cache(maxsize=1)
+def _state() -> tuple[tuple[bool, str], tuple[bool, str]]:
+    return _torch_npu_state(), _cann_state()
+
+
+def available() -> tuple[bool, str]:
+    (t_ok, t_why), (c_ok, c_why) = _state()
+    if t_ok or c_ok:
+        return True, "; ".join(why for ok, why in ((t_ok, t_why), (c_ok, c_why)) if ok)
+    return False, f"no Ascend NPU usable here: {c_why}; {t_why}"
+
+
+def info() -> dict:
+    (t_ok, t_why), (c_ok, c_why) = _state()
+    return {"torch_npu": t_why, "cann_ep": c_why, "devices": [f"npu:{os.environ.get('ASCEND_DEVICE_ID', '0')}"]}
+
+
+def supports(op: str, direction: str, dtype: str) -> bool:
+    return _ort_supports(op, direction, dtype)
+
+
+def empty_like(a: Any) -> Any:
+    """The result buffer for an NPU tensor, on its device."""
+    return sys.modules["torch"].empty_like(a)
+
+
+def _is_torch(a: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(a, torch.Tensor)
+
+
+def kernel(op: str, direction: str, dtype: str) -> Callable:
+    ort_kernel = _runner.kernel(op, direction, dtype)
+    torch_kernel = _torch_kernel(op, direction)
+
+    def run(*args: Any) -> Any:
+        return torch_kernel(*args) if _is_torch(args[0]) else ort_kernel(*args)
+
+    return run
+
+
+# ---- torch_npu path -----------------------------------------------------------------------------
+
+
+def _torch_forward(op: str, p: dict) -> Callable:
+    """x -> y with torch ops (kernels of the tensor's device; on an NPU, CANN's)."""
+    torch = sys.modules["torch"]
+    F = torch.nn.functional
+
+    def swish(x, beta):
+        return x * torch.sigmoid(x * beta)
+
+    def fast_gelu(x):
+        npu = sys.modules.get("torch_npu")
+        if npu is not None and x.device.type == "npu" and hasattr(npu, "npu_fast_gelu"):
+            return npu.npu_fast_gelu(x)
+        return swish(x, 1.702)
+
+    def prelu(x):
+        w = torch.as_tensor(np.asarray(p["weight"]), device=x.device, dtype=x.dtype)
+        return torch.where(x > 0, x, x * w)
+
+    table = {
+        "relu": F.relu, "relu6": F.relu6, "selu": F.selu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+        "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "logsigmoid": F.logsigmoid,
+        "softsign": F.softsign, "mish": F.mish, "tanhshrink": F.tanhshrink, "fast_gelu": fast_gelu, "prelu": prelu,
+        "leaky_relu": lambda x: F.leaky_relu(x, p["negative_slope"]),
+        "elu": lambda x: F.elu(x, p["alpha"]),
+        "celu": lambda x: F.celu(x, p["alpha"]),
+        "gelu": lambda x: F.gelu(x, approximate=p["approximate"]),
+        "swish": lambda x: swish(x, p["beta"]),
+        "hardtanh": lambda x: F.hardtanh(x, p["min_val"], p["max_val"]),
+        "softplus": lambda x: F.softplus(x, p["beta"], p["threshold"]),
+        "softshrink": lambda x: F.softshrink(x, p["lambd"]),
+        "hardshrink": lambda x: F.hardshrink(x, p["lambd"]),
+        "threshold": lambda x: F.threshold(x, p["threshold"], p["value"]),
+    }
+    return table[op]
+
+
+def _torch_kernel(op: str, direction: str) -> Callable:
+    """Kernels for torch tensors of any device; on an NPU every op runs as a CANN kernel there."""
+    def forward(x, out, p):
+        torch = sys.modules["torch"]
+        with torch.no_grad():
+            out.copy_(_torch_forward(op, p)(x))
+
+    def backward(dy, x, out, p):
+        torch = sys.modules["torch"]
+        with torch.enable_grad():
+            xr = x.detach().requires_grad_(True)
+            (dx,) = torch.autograd.grad(_torch_forward(op, p)(xr), xr, dy)
+        out.copy_(dx)
+
+    def backward_y(dy, y, out, p):
+        torch = sys.modules["torch"]
+        if op in ("sigmoid", "tanh"):
+            fn = torch.ops.aten.sigmoid_backward if op == "sigmoid" else torch.ops.aten.tanh_backward
+            out.copy_(fn(dy, y))
+            return
+        if op in ("relu", "relu6", "hardtanh", "leaky_relu"):
+            backward(dy, y, out, p)  # y is inside the linear pieces exactly where x is
+            return
+        from multiact.reference import SELU_ALPHA, SELU_SCALE
+
+        pos = y > 0
+        if op == "elu":
+            out.copy_(torch.where(pos, dy, dy * (y + p["alpha"])))
+        elif op == "selu":
+            out.copy_(torch.where(pos, dy * SELU_SCALE, dy * (y + SELU_SCALE * SELU_ALPHA)))
+        else:  # celu
+            out.copy_(torch.where(pos, dy, dy * (y / p["alpha"] + 1)))
+
+    def param_grad(dy, x, p):
+        torch = sys.modules["torch"]
+        if op == "swish":
+            b = p["beta"]
+            s = torch.sigmoid(x.float() * b)
+            return float((dy.float() * x.float() * x.float() * s * (1 - s)).sum().item())
+        w = p["weight"]
+        contrib = torch.where(x > 0, torch.zeros_like(x), x * dy).float()
+        if w.size == 1:
+            return np.full(w.shape, float(contrib.sum().item()))
+        others = tuple(i for i in range(x.ndim) if i != p["axis"])
+        return contrib.sum(dim=others).double().cpu().numpy().reshape(w.shape)
+
+    return {"forward": forward, "backward": backward, "backward_y": backward_y, "param_grad": param_grad}[direction]

@@ -1,0 +1,802 @@
+"""The `cuda` backend: numba-cuda kernels on any array with `__cuda_array_interface__`.
+
+CuPy arrays, PyTorch CUDA tensors and Numba device arrays are used where they
+are: results are allocated by the caller's library (`empty_like`), kernels are
+launched on the stream the caller works on (torch's current stream; the
+interface's v3 `stream` otherwise), and nothing is copied to the host.
+
+Kernels: one grid-stride loop per (formula, number of inputs, layout, compute
+type), compiled once and cached; the scalar formulas are those of
+`cuda_formulas` (plain Python, compiled with `cuda.jit(device=True)`).
+float16 and float32 data are computed in float32 (a few ops in float64, see
+`cuda_formulas.WIDE`) and rounded once on store.  Contiguous operands run a
+1-D loop; any other layout (strided, transposed, negative strides, broadcast
+prelu weight) runs a loop over up to four coalesced dimensions that indexes a
+flat base array with element strides, so no operand is ever copied.
+
+Parameter gradients are reduced on the device in float64: swish's beta
+gradient is returned as a 0-d device array of x's dtype and kind (no host
+synchronisation; `float(g)` fetches it); prelu's weight gradient as a device
+array of the weight's shape and dtype, of x's kind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from functools import cache, lru_cache
+from typing import Any
+
+import numpy as np
+
+from multiact.ops import OPS as _OPS
+
+from . import cuda_formulas as _F
+
+NAME = "cuda"
+PRIORITY = 50
+KINDS = ("cuda",)
+
+_DTYPES = ("float16", "float32", "float64")
+_SIM_GRID, _SIM_BLOCK = 2, 32
+_BLOCK = 256
+_lock = threading.Lock()
+
+
+# ---- detection ------------------------------------------------------------------------------------------
+
+
+def _simulating() -> bool:
+    if "numba" in sys.modules:
+        from numba import config
+
+        return bool(config.ENABLE_CUDASIM)
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def _numba_cuda_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("numba-cuda")
+    except Exception:
+        return None
+
+
+@lru_cache(maxsize=1)
+def available() -> tuple[bool, str]:
+    """(True, device) on a real GPU or under the simulator; else why not, in words a user can act on.
+
+    Detection asks the driver (libcuda, through ctypes) and looks for numba-cuda without importing it,
+    so listing backends stays cheap.
+    """
+    if _simulating():
+        return True, "CUDA simulator (CPU emulation, for tests): NUMBA_ENABLE_CUDASIM=1"
+    import importlib.util
+
+    if importlib.util.find_spec("numba") is None:
+        return False, "numba-cuda is not installed; pip install 'multiact[cuda]'"
+    devices, why = _driver_devices()
+    if not devices:
+        return False, why
+    d = devices[0]
+    note = "" if _numba_cuda_version() else "; numba-cuda is not installed: numba's deprecated built-in CUDA target"
+    return True, f"{d['name']} (compute capability {d['cc']}, {d['sms']} SMs){note}"
+
+
+@lru_cache(maxsize=1)
+def _driver_devices() -> tuple[list[dict[str, Any]], str]:
+    """([{name, cc, sms}] per visible device, reason if none), from the CUDA driver API."""
+    import ctypes
+    import ctypes.util
+
+    lib = None
+    for name in ("libcuda.so.1", "libcuda.so", "nvcuda.dll", ctypes.util.find_library("cuda")):
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if lib is None:
+        return [], "no NVIDIA driver: libcuda could not be loaded (no GPU driver installed on this machine)"
+    rc = lib.cuInit(0)
+    if rc == 100:  # CUDA_ERROR_NO_DEVICE
+        return [], "no CUDA device is visible (no NVIDIA GPU, or CUDA_VISIBLE_DEVICES hides it)"
+    if rc != 0:
+        return [], f"the CUDA driver failed to initialise (CUresult {rc}; driver too old, or GPU in a bad state)"
+    count = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
+        return [], "no CUDA device is visible (no NVIDIA GPU, or CUDA_VISIBLE_DEVICES hides it)"
+    out = []
+    for i in range(count.value):
+        dev, buf = ctypes.c_int(0), ctypes.create_string_buffer(256)
+        lib.cuDeviceGet(ctypes.byref(dev), i)
+        lib.cuDeviceGetName(buf, 256, dev)
+        vals = []
+        for attr in (16, 75, 76):  # multiprocessor count, compute capability major, minor
+            v = ctypes.c_int(0)
+            lib.cuDeviceGetAttribute(ctypes.byref(v), attr, dev)
+            vals.append(v.value)
+        out.append({"name": buf.value.decode(errors="replace"), "cc": f"{vals[1]}.{vals[2]}", "sms": vals[0]})
+    return out, ""
+
+
+def info() -> dict[str, Any]:
+    """Devices (name, compute capability, SM count), numba-cuda version, whether simulated."""
+    ok, reason = available()
+    if not ok:
+        return {"available": False, "reason": reason}
+    sim = _simulating()
+    facts = [{"name": "CUDA simulator", "cc": "5.2", "sms": _SIM_GRID}] if sim else _driver_devices()[0]
+    return {
+        "devices": [f"{f['name']} (compute capability {f['cc']}, {f['sms']} SMs)" for f in facts],
+        "compute_capability": facts[0]["cc"],
+        "multiprocessors": facts[0]["sms"],
+        "numba_cuda": _numba_cuda_version() or "not installed",
+        "simulator": sim,
+    }
+
+
+def supports(op: str, direction: str, dtype: str) -> bool:
+    if dtype not in _DTYPES or op not in _OPS:
+        return False
+    spec = _OPS[op]
+    if direction in ("forward", "backward"):
+        return True
+    if direction == "backward_y":
+        return spec.backward_y is not None
+    return direction == "param_grad" and op in ("swish", "prelu")
+
+
+# ---- arrays of the caller's kind ---------------------------------------------------------------------------
+
+
+def _library(a: Any) -> str:
+    mod = type(a).__module__.split(".")[0]
+    if mod == "torch":
+        return "torch"
+    if mod == "cupy":
+        return "cupy"
+    if isinstance(a, _sim_array_type()):
+        return "sim"
+    return "numba"
+
+
+@lru_cache(maxsize=1)
+def _sim_array_type() -> type:
+    from .cuda_sim import SimDeviceArray
+
+    return SimDeviceArray
+
+
+def _empty(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """An uninitialised device array of the caller's kind and device."""
+    lib = _library(like)
+    dtype = np.dtype(dtype)
+    if lib == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=getattr(torch, dtype.name), device=like.device)
+    if lib == "cupy":
+        cp = sys.modules["cupy"]
+        with like.device:
+            return cp.empty(shape, dtype=dtype)
+    if _simulating():
+        from .cuda_sim import empty
+
+        return empty(shape, dtype)
+    from numba import cuda
+
+    return cuda.device_array(shape, dtype=dtype)
+
+
+def empty_like(x: Any) -> Any:
+    """A result array for x: same shape, dtype, device and library (CuPy, torch, Numba)."""
+    lib = _library(x)
+    if lib == "torch":
+        return sys.modules["torch"].empty_like(x)
+    if lib == "cupy":
+        return sys.modules["cupy"].empty_like(x)
+    if lib == "sim" or _simulating():
+        return _empty(x, tuple(x.shape), np.dtype(str(x.dtype)))
+    from numba import cuda
+
+    if hasattr(x, "copy_to_host") and hasattr(x, "gpu_data"):
+        return cuda.device_array_like(x)
+    return cuda.device_array(tuple(x.shape), dtype=np.dtype(str(x.dtype)))
+
+
+class _Desc:
+    """One operand as the interface describes it: pointer, shape, element strides, dtype, stream."""
+
+    __slots__ = ("obj", "ptr", "shape", "strides", "dtype", "readonly", "stream", "cai")
+
+    def __init__(self, obj: Any, cai: dict[str, Any] | None = None):
+        if cai is None:
+            cai = _cai(obj)
+        self.obj, self.cai = obj, cai
+        self.dtype = np.dtype(cai["typestr"])
+        self.ptr, self.readonly = int(cai["data"][0]), bool(cai["data"][1])
+        self.shape = tuple(int(s) for s in cai["shape"])
+        item = self.dtype.itemsize
+        st = cai.get("strides")
+        if st is None:
+            st, acc = [], 1
+            for n in reversed(self.shape):
+                st.append(acc)
+                acc *= n
+            self.strides = tuple(reversed(st))
+        else:
+            if any(s % item for s in st):
+                raise ValueError("multiact cuda: strides that are not a multiple of the item size are not supported")
+            self.strides = tuple(int(s) // item for s in st)
+        self.stream = cai.get("stream")
+
+
+def _cai(obj: Any) -> dict[str, Any]:
+    if _library(obj) == "torch":
+        obj = obj.detach()  # a tensor that requires grad refuses to export its interface
+    return obj.__cuda_array_interface__
+
+
+def _extent(ptr: int, shape, strides, item: int) -> tuple[int, int]:
+    """[lo, hi) byte range an operand touches."""
+    lo = hi = 0
+    for n, s in zip(shape, strides, strict=True):
+        if n == 0:
+            return ptr, ptr
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return ptr + lo * item, ptr + (hi + 1) * item
+
+
+def _check_out(op: str, out: _Desc, ins: dict[str, _Desc]) -> None:
+    """The dispatcher's NumPy checks, for device pointers: read-only out, partial overlap with an input."""
+    if out.readonly:
+        raise ValueError(f"{op}(): out is read-only")
+    if not math.prod(out.shape):
+        return
+    olo, ohi = _extent(out.ptr, out.shape, out.strides, out.dtype.itemsize)
+    for name, d in ins.items():
+        if d.ptr == out.ptr and d.shape == out.shape and d.strides == out.strides:
+            continue  # the very same view: in place
+        lo, hi = _extent(d.ptr, d.shape, d.strides, d.dtype.itemsize)
+        if lo < ohi and olo < hi and _shares_memory(out, d):
+            raise ValueError(
+                f"{op}(): out overlaps {name} without being the same view; pass out={name} for in place, "
+                "or a separate array"
+            )
+
+
+def _shares_memory(a: _Desc, b: _Desc) -> bool:
+    """NumPy's exact overlap test on address-only stand-ins (the memory is never touched)."""
+
+    def fake(d: _Desc) -> np.ndarray:
+        class _Addr:
+            __array_interface__ = {
+                "shape": d.shape, "typestr": d.dtype.str, "version": 3, "data": (d.ptr, True),
+                "strides": tuple(s * d.dtype.itemsize for s in d.strides),
+            }
+
+        return np.asarray(_Addr())
+
+    try:
+        return bool(np.shares_memory(fake(a), fake(b), max_work=10_000))
+    except np.exceptions.TooHardError:
+        return True
+
+
+# ---- streams and devices --------------------------------------------------------------------------------------
+
+_ext_streams: dict[int, Any] = {}
+
+
+def _stream_for(descs: list[_Desc]) -> Any:
+    """The stream to launch on: torch's current stream, else the interface's v3 `stream` of the first operand.
+
+    Operands that report a different stream are synchronised first (the interface's rule for consumers).
+    """
+    if _simulating():
+        return 0
+    from numba import cuda
+
+    first = descs[0]
+    if _library(first.obj) == "torch":
+        torch = sys.modules["torch"]
+        handle = torch.cuda.current_stream(first.obj.device).cuda_stream
+    else:
+        handle = first.stream
+    for d in descs[1:]:
+        if d.stream not in (None, handle) and _library(d.obj) != "torch":
+            _stream_object(d.stream, cuda).synchronize()
+    return _stream_object(handle, cuda)
+
+
+def _stream_object(handle: Any, cuda: Any) -> Any:
+    if handle is None or handle == 0:
+        return cuda.default_stream()
+    if handle == 1:
+        return cuda.legacy_default_stream()
+    if handle == 2:
+        return cuda.per_thread_default_stream()
+    s = _ext_streams.get(handle)
+    if s is None:
+        s = _ext_streams[handle] = cuda.external_stream(handle)
+    return s
+
+
+def _device_index(obj: Any) -> int | None:
+    lib = _library(obj)
+    if lib == "torch":
+        return obj.device.index
+    if lib == "cupy":
+        return obj.device.id
+    return None
+
+
+@lru_cache(maxsize=1)
+def _multi_gpu() -> bool:
+    from numba import cuda
+
+    return len(cuda.gpus) > 1
+
+
+class _OnDevice:
+    """Make the operand's device current for the launch (multi-GPU machines)."""
+
+    def __init__(self, obj: Any):
+        self.idx = None if _simulating() or not _multi_gpu() else _device_index(obj)
+        self.ctx = None
+
+    def __enter__(self):
+        if self.idx is not None:
+            from numba import cuda
+
+            if cuda.get_current_device().id != self.idx:
+                self.ctx = cuda.gpus[self.idx]
+                self.ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+# ---- flat device views ---------------------------------------------------------------------------------------
+
+
+def _flat(d: _Desc, ptr: int, length: int) -> Any:
+    """A 1-D contiguous numba array of `length` elements at ptr, viewing d's memory."""
+    cai = {"shape": (length,), "typestr": d.dtype.str, "data": (ptr, False), "strides": None,
+           "version": 3, "stream": None}
+    if _simulating():
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        from .cuda_sim import host_view
+
+        return FakeCUDAArray(host_view(cai))
+    from numba import cuda
+
+    return cuda.from_cuda_array_interface(cai, owner=d.obj, sync=False)
+
+
+def _coalesce(
+    shape: tuple[int, ...], strides: list[tuple[int, ...]], lead: int = -1
+) -> tuple[list[int], list[list[int]]]:
+    """Drop unit dims, order by operand `lead`'s strides (out's), merge dims contiguous in every operand."""
+    dims = [i for i, n in enumerate(shape) if n != 1]
+    dims.sort(key=lambda i: -abs(strides[lead][i]))
+    shp = [shape[i] for i in dims]
+    sts = [[s[i] for i in dims] for s in strides]
+    k = len(shp) - 1
+    while k > 0:
+        if all(st[k - 1] == st[k] * shp[k] for st in sts):
+            shp[k - 1] *= shp[k]
+            del shp[k]
+            for st in sts:
+                st[k - 1] = st[k]
+                del st[k]
+        k -= 1
+    if not shp:
+        shp, sts = [1], [[1] for _ in sts]
+    return shp, sts
+
+
+class _Plan:
+    """Where each operand's elements are: a contiguous 1-D run, or base arrays + offsets + element strides."""
+
+    def __init__(self, descs: list[_Desc], shape: tuple[int, ...], strides: list[tuple[int, ...]], lead: int = -1):
+        self.n = math.prod(shape)
+        shp, sts = _coalesce(shape, strides, lead)
+        self.contiguous = len(shp) == 1 and all(st[0] == 1 for st in sts)
+        if self.contiguous:
+            self.arrays = [_flat(d, d.ptr, self.n) for d in descs]
+            return
+        self.bases, self.offsets = [], []
+        for d, st in zip(descs, sts, strict=True):
+            lo = sum((n - 1) * s for n, s in zip(shp, st, strict=True) if s < 0)
+            hi = sum((n - 1) * s for n, s in zip(shp, st, strict=True) if s > 0)
+            self.bases.append(_flat(d, d.ptr + lo * d.dtype.itemsize, hi - lo + 1))
+            self.offsets.append(-lo)
+        lead = len(shp) - 4
+        self.outer = shp[:lead] if lead > 0 else []
+        inner = shp[lead:] if lead > 0 else [1] * (4 - len(shp)) + shp
+        self.shape4 = tuple(inner)
+        self.outer_strides = [st[:lead] if lead > 0 else [] for st in sts]
+        self.strides4 = [tuple(st[lead:] if lead > 0 else [0] * (4 - len(st)) + st) for st in sts]
+
+    def launches(self):
+        """(offsets per operand) for each launch: one, or one per index of the dims beyond four."""
+        if not self.outer:
+            yield self.offsets
+            return
+        for idx in np.ndindex(*self.outer):
+            pairs = zip(self.offsets, self.outer_strides, strict=True)
+            yield [o + sum(i * s for i, s in zip(idx, os_, strict=True)) for o, os_ in pairs]
+
+
+# ---- kernels ---------------------------------------------------------------------------------------------------
+
+
+def _grid(n: int) -> tuple[int, int]:
+    if _simulating():
+        return max(1, min(_SIM_GRID, -(-n // _SIM_BLOCK))), _SIM_BLOCK
+    return max(1, min(-(-n // _BLOCK), _sms() * 32)), _BLOCK
+
+
+@cache
+def _sms() -> int:
+    from numba import cuda
+
+    return int(cuda.get_current_device().MULTIPROCESSOR_COUNT)
+
+
+@cache
+def _formulas(compute: str):
+    from numba import cuda
+
+    t = np.float64 if compute == "float64" else np.float32
+    return _F.build(lambda f: cuda.jit(device=True)(f), t)
+
+
+def _kernel_source(nin: int, contiguous: bool) -> str:
+    ins = [f"u{k}" for k in range(nin)]
+    if contiguous:
+        args = ", ".join(ins + ["out"])
+        vals = ", ".join(f"T(u{k}[i])" for k in range(nin))
+        return (
+            f"def kern({args}, a, b):\n"
+            f"    start = cuda.grid(1)\n"
+            f"    step = cuda.gridsize(1)\n"
+            f"    for i in range(start, out.shape[0], step):\n"
+            f"        out[i] = f({vals}, a, b)\n"
+        )
+    args = ", ".join(f"u{k}, o{k}, s{k}" for k in range(nin))
+    at = "{o} + i0 * {s}[0] + i1 * {s}[1] + i2 * {s}[2] + i3 * {s}[3]"
+    vals = ", ".join(f"T(u{k}[" + at.format(o=f"o{k}", s=f"s{k}") + "])" for k in range(nin))
+    return (
+        f"def kern({args}, out, oo, so, shp, a, b):\n"
+        f"    n1 = shp[1]\n"
+        f"    n2 = shp[2]\n"
+        f"    n3 = shp[3]\n"
+        f"    n = shp[0] * n1 * n2 * n3\n"
+        f"    start = cuda.grid(1)\n"
+        f"    step = cuda.gridsize(1)\n"
+        f"    for i in range(start, n, step):\n"
+        f"        i3 = i % n3\n"
+        f"        t = i // n3\n"
+        f"        i2 = t % n2\n"
+        f"        t = t // n2\n"
+        f"        i1 = t % n1\n"
+        f"        i0 = t // n1\n"
+        f"        out[{at.format(o='oo', s='so')}] = f({vals}, a, b)\n"
+    )
+
+
+@cache
+def _elementwise(formula: str, compute: str, nin: int, contiguous: bool) -> Any:
+    """The compiled grid-stride kernel of one formula (numba specialises it per array dtype)."""
+    from numba import cuda
+
+    g = {"cuda": cuda, "f": getattr(_formulas(compute), formula), "T": np.float64 if compute == "float64" else
+         np.float32}
+    exec(compile(_kernel_source(nin, contiguous), f"<multiact cuda {formula}>", "exec"), g)
+    return cuda.jit(g["kern"])
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Under the simulator kernels run on NumPy scalars, which warn on overflow; a GPU never does.
+
+    A warnings filter, not np.errstate: errstate is per thread and the simulator runs each GPU thread in its own.
+    """
+    if not _simulating():
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def _run(formula: str, compute: str, descs: list[_Desc], a: float, b: float) -> None:
+    """Launch `formula` over inputs descs[:-1] into descs[-1] (any layouts, same shape)."""
+    out = descs[-1]
+    n = math.prod(out.shape)
+    if n == 0:
+        return
+    nin = len(descs) - 1
+    with _OnDevice(out.obj), _quiet():
+        stream = _stream_for(descs)
+        plan = _Plan(descs, out.shape, [d.strides for d in descs])
+        grid, block = _grid(n)
+        if plan.contiguous:
+            _elementwise(formula, compute, nin, True)[grid, block, stream](*plan.arrays, a, b)
+            return
+        k = _elementwise(formula, compute, nin, False)
+        for offs in plan.launches():
+            args = []
+            for i in range(nin):
+                args += [plan.bases[i], offs[i], plan.strides4[i]]
+            args += [plan.bases[-1], offs[-1], plan.strides4[-1], plan.shape4, a, b]
+            k[_grid(math.prod(plan.shape4))[0], block, stream](*args)
+
+
+# ---- the kernels the registry hands out ----------------------------------------------------------------------
+
+
+def _compute(op: str, direction: str, dtype: str) -> str:
+    return "float64" if dtype == "float64" or (op, direction) in _F.WIDE else "float32"
+
+
+def kernel(op: str, direction: str, dtype: str) -> Callable:
+    """The kernel for (op, direction, dtype), following the registry's calling conventions."""
+    if not supports(op, direction, dtype):
+        raise ValueError(f"cuda backend has no kernel for {op} {direction} {dtype}")
+    if direction == "param_grad":
+        return _swish_beta_grad if op == "swish" else _prelu_weight_grad
+    compute = _compute(op, direction, dtype)
+    if op == "prelu":
+        return _prelu_forward if direction == "forward" else _prelu_backward
+    names = ("x",) if direction == "forward" else ("dy", "y" if direction == "backward_y" else "x")
+
+    def run(*args: Any) -> None:
+        *arrays, out, p = args
+        descs = [_Desc(a) for a in arrays]
+        od = _Desc(out)
+        _check_out(op, od, dict(zip(names, descs, strict=True)))
+        a, b = _F.scalar_params(op, p, dtype)
+        _run(_F.formula_name(op, direction, p), compute, descs + [od], a, b)
+
+    run.__name__ = f"cuda_{op}_{direction}_{dtype}"
+    return run
+
+
+# ---- prelu: the weight as a broadcast operand ------------------------------------------------------------------
+
+
+def _weight_desc(w: Any, x: _Desc, axis: Any, op: str = "prelu") -> tuple[_Desc, int, int, tuple[int, ...], Any]:
+    """(weight broadcast to x's shape, channel count, channel axis, the weight's own shape and dtype)."""
+    if hasattr(w, "__cuda_array_interface__"):
+        wd = _Desc(w)
+        if wd.dtype != x.dtype:
+            raise TypeError(f"{op}(): weight has dtype {wd.dtype} but x has {x.dtype}; they must match on the device")
+        wshape, wdtype = wd.shape, wd.dtype
+    else:
+        from multiact import _arrays
+
+        host = _arrays.as_host_array(w, f"{op}(): weight")
+        wshape, wdtype = host.shape, host.dtype
+        dev = _upload(np.ascontiguousarray(host.reshape(-1), dtype=x.dtype), x.obj)
+        wd = _Desc(dev)
+    size = math.prod(wshape)
+    ndim = len(x.shape)
+    if size == 1:
+        return _view(wd, x.shape, [0] * ndim), 1, 0, wshape, wdtype
+    if ndim == 0 or not -ndim <= axis < ndim:
+        raise ValueError(f"{op}(): axis {axis} is out of range for x with {ndim} dims")
+    axis %= ndim
+    if len(wshape) != 1 or size != x.shape[axis]:
+        raise ValueError(
+            f"{op}(): weight has shape {wshape}; expected 1 element or ({x.shape[axis]},) to match x.shape[{axis}]"
+        )
+    strides = [0] * ndim
+    strides[axis] = wd.strides[0]
+    return _view(wd, x.shape, strides), size, axis, wshape, wdtype
+
+
+def _view(d: _Desc, shape: tuple[int, ...], strides: list[int]) -> _Desc:
+    v = _Desc.__new__(_Desc)
+    v.obj, v.cai, v.dtype, v.ptr, v.readonly, v.stream = d.obj, d.cai, d.dtype, d.ptr, d.readonly, d.stream
+    v.shape, v.strides = tuple(shape), tuple(strides)
+    return v
+
+
+def _upload(host: np.ndarray, like: Any) -> Any:
+    """A small host array (a weight given on the host) copied to the device, in the caller's kind."""
+    lib = _library(like)
+    if lib == "torch":
+        return sys.modules["torch"].from_numpy(host).to(like.device)
+    if lib == "cupy":
+        cp = sys.modules["cupy"]
+        with like.device:
+            return cp.asarray(host)
+    if _simulating():
+        from .cuda_sim import to_device
+
+        return to_device(host)
+    from numba import cuda
+
+    return cuda.to_device(host)
+
+
+def _prelu_forward(x: Any, out: Any, p: dict) -> None:
+    xd, od = _Desc(x), _Desc(out)
+    wd = _weight_desc(p["weight"], xd, p.get("axis", 1))[0]
+    _check_out("prelu", od, {"x": xd, "weight": wd})
+    _run("prelu", _compute("prelu", "forward", xd.dtype.name), [xd, wd, od], 0.0, 0.0)
+
+
+def _prelu_backward(dy: Any, x: Any, out: Any, p: dict) -> None:
+    dd, xd, od = _Desc(dy), _Desc(x), _Desc(out)
+    wd = _weight_desc(p["weight"], xd, p.get("axis", 1))[0]
+    _check_out("prelu", od, {"dy": dd, "x": xd, "weight": wd})
+    _run("prelu_grad", _compute("prelu", "backward", xd.dtype.name), [dd, xd, wd, od], 0.0, 0.0)
+
+
+# ---- parameter gradients: device reductions in float64 ----------------------------------------------------------
+
+
+def _reduce_source(block: int) -> str:
+    return (
+        "def kern(u0, o0, s0, u1, o1, s1, acc, oa, sa, shp, a):\n"
+        "    n1 = shp[1]\n"
+        "    n2 = shp[2]\n"
+        "    n3 = shp[3]\n"
+        "    n = shp[0] * n1 * n2 * n3\n"
+        "    start = cuda.grid(1)\n"
+        "    step = cuda.gridsize(1)\n"
+        "    run = 0.0\n"
+        "    where = -1\n"
+        "    for i in range(start, n, step):\n"
+        "        i3 = i % n3\n"
+        "        t = i // n3\n"
+        "        i2 = t % n2\n"
+        "        t = t // n2\n"
+        "        i1 = t % n1\n"
+        "        i0 = t // n1\n"
+        "        dy = np.float64(u0[o0 + i0 * s0[0] + i1 * s0[1] + i2 * s0[2] + i3 * s0[3]])\n"
+        "        x = np.float64(u1[o1 + i0 * s1[0] + i1 * s1[1] + i2 * s1[2] + i3 * s1[3]])\n"
+        "        k = oa + i0 * sa[0] + i1 * sa[1] + i2 * sa[2] + i3 * sa[3]\n"
+        "        if k != where:\n"
+        "            if where >= 0:\n"
+        "                cuda.atomic.add(acc, where, run)\n"
+        "            where = k\n"
+        "            run = 0.0\n"
+        "        run += term(dy, x, a)\n"
+        "    if ONE_SLOT:\n"  # a single accumulator: reduce the block in shared memory first
+        f"        sh = cuda.shared.array({block}, np.float64)\n"
+        "        tid = cuda.threadIdx.x\n"
+        "        sh[tid] = run\n"
+        "        cuda.syncthreads()\n"
+        f"        width = {block // 2}\n"
+        "        while width > 0:\n"
+        "            if tid < width:\n"
+        "                sh[tid] += sh[tid + width]\n"
+        "            cuda.syncthreads()\n"
+        "            width //= 2\n"
+        "        if tid == 0:\n"
+        "            cuda.atomic.add(acc, 0, sh[0])\n"
+        "    elif where >= 0:\n"
+        "        cuda.atomic.add(acc, where, run)\n"
+    )
+
+
+def _swish_term(dy, x, beta):
+    xc = BIG if x > BIG else x  # noqa: F821 - bound by _reducer
+    xc = -BIG if xc < -BIG else xc  # noqa: F821
+    s, sn = sigmoid_e(xc * beta)  # noqa: F821
+    return dy * ((xc * s) * (xc * sn))
+
+
+def _prelu_term(dy, x, a):
+    return 0.0 if x > 0.0 else x * dy
+
+
+@cache
+def _reducer(which: str) -> Any:
+    from types import FunctionType
+
+    from numba import cuda
+
+    f64 = _formulas("float64")
+    src = _swish_term if which == "swish" else _prelu_term
+    tg = {"np": np, "BIG": np.float64(np.finfo(np.float64).max), "sigmoid_e": f64.sigmoid_e}
+    term = cuda.jit(device=True)(FunctionType(src.__code__, tg, src.__name__))
+    block = _SIM_BLOCK if _simulating() else _BLOCK
+    g = {"cuda": cuda, "np": np, "term": term, "ONE_SLOT": which == "swish"}
+    exec(compile(_reduce_source(block), f"<multiact cuda {which} reduction>", "exec"), g)
+    return cuda.jit(g["kern"])
+
+
+def _fill_source() -> str:
+    return (
+        "def fill(acc):\n"
+        "    for i in range(cuda.grid(1), acc.shape[0], cuda.gridsize(1)):\n"
+        "        acc[i] = 0.0\n"
+        "def cast(acc, out):\n"
+        "    for i in range(cuda.grid(1), acc.shape[0], cuda.gridsize(1)):\n"
+        "        out[i] = acc[i]\n"
+    )
+
+
+@lru_cache(maxsize=1)
+def _fill_cast() -> tuple[Any, Any]:
+    from numba import cuda
+
+    g = {"cuda": cuda}
+    exec(compile(_fill_source(), "<multiact cuda fill>", "exec"), g)
+    return cuda.jit(g["fill"]), cuda.jit(g["cast"])
+
+
+def _reduce(which: str, dy: _Desc, x: _Desc, acc_view: _Desc, acc: Any, a: float, like: Any,
+            shape: tuple[int, ...], dtype: Any) -> Any:
+    """Sum term(dy, x) into acc (float64, zeroed here), then cast into a new array of the caller's kind."""
+    fill, cast = _fill_cast()
+    nacc = math.prod(_Desc(acc).shape)
+    res = _empty(like, shape, dtype)
+    with _OnDevice(x.obj), _quiet():
+        stream = _stream_for([dy, x])
+        accd = _Desc(acc)
+        acc_flat = _flat(accd, accd.ptr, nacc)
+        fill[1, _grid(nacc)[1], stream](acc_flat)
+        n = math.prod(x.shape)
+        if n:
+            plan = _Plan([dy, x, acc_view], x.shape, [dy.strides, x.strides, acc_view.strides], lead=1)
+            if plan.contiguous:  # every operand is one run: index it as a 1-D strided case
+                plan.bases, plan.offsets, plan.outer = plan.arrays, [0, 0, 0], []
+                plan.shape4 = (1, 1, 1, n)
+                plan.strides4 = [(0, 0, 0, 1), (0, 0, 0, 1), (0, 0, 0, 1 if nacc > 1 else 0)]
+            k = _reducer(which)
+            for offs in plan.launches():
+                b = plan.bases
+                s = plan.strides4
+                grid, block = _grid(math.prod(plan.shape4))
+                k[grid, block, stream](b[0], offs[0], s[0], b[1], offs[1], s[1], b[2], offs[2], s[2],
+                                       plan.shape4, a)
+        rd = _Desc(res)
+        cast[_grid(nacc)[0], _grid(nacc)[1], stream](acc_flat, _flat(rd, rd.ptr, nacc))
+    return res
+
+
+def _swish_beta_grad(dy: Any, x: Any, p: dict) -> Any:
+    """d/d(beta) of sum(swish(x) * dy), as a 0-d device array of x's dtype and kind."""
+    dd, xd = _Desc(dy), _Desc(x)
+    beta, _ = _F.scalar_params("swish", p, xd.dtype.name)
+    acc = _empty(x, (1,), np.float64)
+    accd = _Desc(acc)
+    view = _view(accd, xd.shape, [0] * len(xd.shape))
+    return _reduce("swish", dd, xd, view, acc, beta, x, (), xd.dtype)
+
+
+def _prelu_weight_grad(dy: Any, x: Any, p: dict) -> Any:
+    """Sum of dy * x over x <= 0 per channel, as a device array of the weight's shape and dtype, x's kind."""
+    dd, xd = _Desc(dy), _Desc(x)
+    _, c, axis, wshape, wdtype = _weight_desc(p["weight"], xd, p.get("axis", 1))
+    acc = _empty(x, (c,), np.float64)
+    accd = _Desc(acc)
+    strides = [0] * len(xd.shape)
+    if c > 1:
+        strides[axis] = 1
+    view = _view(accd, xd.shape, strides)
+    return _reduce("prelu", dd, xd, view, acc, 0.0, x, tuple(wshape), wdtype)
+
+
+__all__ = ["NAME", "PRIORITY", "KINDS", "available", "info", "supports", "kernel", "empty_like"]

@@ -1,0 +1,515 @@
+"""ONNX graphs of every activation, forward and backward, for export and for ONNX Runtime backends.
+
+`to_onnx(op)` is a one-node graph where ONNX has the op and ONNX Runtime's kernel keeps our
+conventions (NaN in gives NaN out, +-inf gives the limit, PyTorch's choices at the kinks) within
+the op's tolerance; otherwise a small graph of primitive ops that follows `multiact.reference`.
+Backward graphs are always composites: ONNX Runtime's standard package has no gradient kernels.
+
+Where float32 arithmetic in the graph would lose the accuracy our tests demand (exp(x) - 1 near 0,
+the tail of erfc, 1 - tanh^2 near 1), the composite computes in float64 and casts back once, and
+builds expm1, log1p, erfc and sigmoid from Exp/Log because ONNX Runtime's CPU provider has no
+float64 Erf or Cosh and its float64 Sigmoid underflows.  Piecewise-linear ops compute in float32.
+float16 models compute in float32 (or float64) and round once, as the rest of multiact does.
+
+Models take 1-D inputs of dynamic length ("N"): callers flatten.  prelu takes x as
+(outer, channels, inner) and the weight as (channels or 1, 1).  `onnx` is imported lazily.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from . import reference as R
+from .ops import OpSpec
+from .ops import get as _spec
+
+OPSET = 20  # Gelu with `approximate` exists from opset 20
+IR_VERSION = 10
+DTYPES = ("float16", "float32")
+
+# Forward one-node graphs where ONNX Runtime's kernel meets our tolerance and conventions, by dtype
+# (measured on the CPU provider; the rest are composites, see `deviations()`).
+_NATIVE_F32 = {"relu", "relu6", "hardtanh", "leaky_relu", "prelu", "hardsigmoid", "softplus"}
+_NATIVE_F16 = _NATIVE_F32 | {"elu", "selu", "tanh"}
+# Composites that are exact (comparisons, one rounding) in float32; the rest compute in float64.
+_F32_EXACT = {
+    "relu", "relu6", "hardtanh", "leaky_relu", "prelu", "threshold", "softshrink", "hardshrink", "hardsigmoid",
+}
+
+_DEVIATIONS = {
+    "elu": "ORT's Elu computes exp(x) - 1 (no expm1): wrong in float32 near 0; composite with expm1 in float64",
+    "selu": "ORT's Selu computes exp(x) - 1: wrong in float32 near 0; composite with expm1 in float64",
+    "celu": "ORT's Celu is float32 only and computes exp(x) - 1; composite with expm1 in float64",
+    "gelu": "ORT's Gelu cancels in the negative tail and gives NaN at -inf; composite with erfc in float64",
+    "sigmoid": "ORT's float32 Sigmoid flushes x < -16 to 0; composite in float64",
+    "hardswish": "ORT's HardSwish rounds x * hardsigmoid(x) twice (3 ULP) and gives NaN at -inf; composite",
+    "tanh": "ORT's float32 Tanh is 4+ ULP off near |x| = 5.2; float64 Tanh then cast (float16: one node)",
+    "softsign": "ORT's Softsign gives NaN at +-inf; composite",
+    "mish": "ORT's Mish gives NaN at -inf and loses the tail below -88; composite in float64",
+    "softshrink": "ORT's Shrink maps NaN to 0; composite",
+    "hardshrink": "ORT's Shrink maps NaN to 0; composite",
+    "threshold": "ORT's ThresholdedRelu only covers value = 0 with x > alpha, and maps NaN to 0; composite",
+    "softplus": "ORT's Softplus has no beta/threshold: one node only for beta = 1, threshold >= 20",
+    "prelu": "the exported graph takes x as (outer, channels, inner) and the weight as (channels or 1, 1)",
+}
+
+_F64_MAX = float(np.finfo(np.float64).max)
+_TANHSHRINK_SERIES_BELOW = 0.5
+_TANHSHRINK_TERMS = 12  # (2x/pi)^2 <= 0.1 per term below 0.5: 1e-12 relative
+
+
+@cache
+def _erfc_coeffs(degree: int = 14) -> tuple[float, ...]:
+    """P with erfc(z) ~= t * exp(-z^2 + P(t)), t = 1 / (1 + z / 2), z >= 0: least squares on libm here.
+
+    Degree 14 on t in (0, 1] keeps the relative error near 1e-10 (checked in the tests): enough for
+    float32 results computed in float64, not for float64 results.
+    """
+    t = np.linspace(1 / 14, 1.0, 2000)  # z from 0 to 26, where erfc still is a normal float64
+    z = 2.0 / t - 2.0
+    target = np.array([math.log(math.erfc(v) / tv) + v * v for v, tv in zip(z, t, strict=True)])
+    return tuple(np.polynomial.polynomial.polyfit(t, target, degree))
+
+
+def deviations() -> dict[str, str]:
+    """Where and why an op's graph is not ONNX's own op (shown to users and in the docs)."""
+    return dict(_DEVIATIONS)
+
+
+class _Graph:
+    """A tiny builder: nodes in order, scalar constants as cached initializers of the compute dtype."""
+
+    def __init__(self, ct: str):
+        self.ct = np.dtype(ct)
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._consts: dict[tuple[str, float], str] = {}
+        self._n = 0
+
+    def op(self, op_type: str, *inputs: str, **attrs: Any) -> str:
+        from onnx import helper
+
+        self._n += 1
+        out = f"t{self._n}_{op_type.lower()}"
+        self.nodes.append(helper.make_node(op_type, list(inputs), [out], **attrs))
+        return out
+
+    def c(self, v: float, dtype: str | None = None) -> str:
+        from onnx import numpy_helper
+
+        dt = np.dtype(dtype or self.ct)
+        key = (dt.name, float(v) if not math.isnan(v) else "nan")
+        if key not in self._consts:
+            name = f"c{len(self._consts)}_{dt.name}"
+            self.inits.append(numpy_helper.from_array(np.array(v, dtype=dt), name))
+            self._consts[key] = name
+        return self._consts[key]
+
+    # arithmetic shorthands; a float argument becomes a constant of the compute dtype
+    def _v(self, a: str | float) -> str:
+        return a if isinstance(a, str) else self.c(a)
+
+    def add(self, a, b):
+        return self.op("Add", self._v(a), self._v(b))
+
+    def sub(self, a, b):
+        return self.op("Sub", self._v(a), self._v(b))
+
+    def mul(self, a, b):
+        return self.op("Mul", self._v(a), self._v(b))
+
+    def div(self, a, b):
+        return self.op("Div", self._v(a), self._v(b))
+
+    def where(self, cond, a, b):
+        return self.op("Where", cond, self._v(a), self._v(b))
+
+    def gt(self, a, b):
+        return self.op("Greater", self._v(a), self._v(b))
+
+    def ge(self, a, b):
+        return self.op("GreaterOrEqual", self._v(a), self._v(b))
+
+    def lt(self, a, b):
+        return self.op("Less", self._v(a), self._v(b))
+
+    def le(self, a, b):
+        return self.op("LessOrEqual", self._v(a), self._v(b))
+
+    def eq(self, a, b):
+        return self.op("Equal", self._v(a), self._v(b))
+
+    def abs(self, a):
+        return self.op("Abs", a)
+
+    def neg(self, a):
+        return self.op("Neg", a)
+
+    def exp(self, a):
+        return self.op("Exp", a)
+
+    def clip(self, a, lo: float, hi: float):
+        return self.op("Clip", a, self.c(lo), self.c(hi))
+
+    def keepnan(self, x, r):
+        """r with NaN wherever x is NaN (piecewise formulas would drop it)."""
+        return self.op("Where", self.op("IsNaN", x), x, r)
+
+    def gated(self, x, s):
+        """x * s, with 0 where s == 0 (the x = -inf corner)."""
+        return self.where(self.eq(s, 0.0), 0.0, self.mul(x, s))
+
+    def sigmoid(self, z):
+        e = self.exp(self.neg(self.abs(z)))
+        d = self.add(1.0, e)
+        return self.where(self.ge(z, 0.0), self.div(1.0, d), self.div(e, d))
+
+    def log1p(self, u):
+        """log(1 + u) for finite u > -1, to a few ULP (Kahan's trick)."""
+        w = self.add(1.0, u)
+        r = self.div(self.mul(self.op("Log", w), u), self.sub(w, 1.0))
+        return self.where(self.eq(w, 1.0), u, r)
+
+    def expm1(self, x):
+        """exp(x) - 1 to a few ULP: Kahan's trick near 0, where exp(x) - 1 would cancel."""
+        u = self.exp(x)
+        um1 = self.sub(u, 1.0)
+        near0 = self.where(self.eq(u, 1.0), x, self.div(self.mul(um1, x), self.op("Log", u)))
+        return self.where(self.gt(self.abs(x), 0.5), um1, near0)
+
+    def softplus0(self, z):
+        """log(1 + exp(z)) without overflow."""
+        return self.add(self.op("Max", z, self.c(0.0)), self.log1p(self.exp(self.neg(self.abs(z)))))
+
+    def sech2(self, x):
+        """1 - tanh(x)^2 as 4 e / (1 + e)^2 with e = exp(-2|x|): accurate where tanh(x) is near 1."""
+        e = self.exp(self.mul(self.abs(x), -2.0))
+        d = self.add(1.0, e)
+        return self.div(self.mul(e, 4.0), self.mul(d, d))
+
+    def erfc(self, z):
+        a = self.abs(z)
+        t = self.div(1.0, self.add(1.0, self.mul(a, 0.5)))
+        coeffs = _erfc_coeffs()
+        p = self.c(coeffs[-1])
+        for coef in reversed(coeffs[:-1]):
+            p = self.add(self.mul(p, t), coef)
+        e = self.mul(t, self.exp(self.sub(p, self.mul(a, a))))
+        return self.where(self.lt(z, 0.0), self.sub(2.0, e), e)
+
+
+# ---- forward bodies: (graph, x, params) -> y, in the graph's compute dtype ---------------------
+
+
+def _swish_gate(g: _Graph, x: str, k: float) -> tuple[str, str, str]:
+    xc = g.clip(x, -_F64_MAX, _F64_MAX)
+    kx = g.mul(xc, k)
+    return g.sigmoid(kx), g.sigmoid(g.neg(kx)), xc
+
+
+def _gelu_tanh_parts(g: _Graph, x: str) -> tuple[str, str, str]:
+    xc = g.clip(x, -1e5, 1e5)
+    z = g.mul(g.add(xc, g.mul(g.mul(g.mul(xc, xc), xc), R.GELU_TANH_C)), 2 * R.GELU_TANH_K)
+    return g.sigmoid(z), g.sigmoid(g.neg(z)), xc
+
+
+def _fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str:
+    if op == "relu":
+        return g.keepnan(x, g.op("Max", x, g.c(0.0)))
+    if op == "relu6":
+        return g.clip(x, 0.0, 6.0)
+    if op == "hardtanh":
+        return g.clip(x, p["min_val"], p["max_val"])
+    if op == "leaky_relu":
+        return g.where(g.gt(x, 0.0), x, g.mul(x, p["negative_slope"]))
+    if op == "prelu":
+        return g.where(g.gt(x, 0.0), x, g.mul(x, weight))
+    if op == "elu":
+        return g.where(g.gt(x, 0.0), x, g.mul(g.expm1(x), p["alpha"]))
+    if op == "selu":
+        return g.where(g.gt(x, 0.0), g.mul(x, R.SELU_SCALE), g.mul(g.expm1(x), R.SELU_SCALE * R.SELU_ALPHA))
+    if op == "celu":
+        a = p["alpha"]
+        return g.where(g.gt(x, 0.0), x, g.mul(g.expm1(g.div(x, a)), a))
+    if op == "gelu":
+        if p["approximate"] == "tanh":
+            return g.gated(x, _gelu_tanh_parts(g, x)[0])
+        return g.gated(x, g.mul(g.erfc(g.mul(x, -1.0 / math.sqrt(2.0))), 0.5))
+    if op in ("fast_gelu", "silu", "swish"):
+        k = {"fast_gelu": R.FAST_GELU_K, "silu": 1.0}.get(op) or p["beta"]
+        return g.gated(x, _swish_gate(g, x, k)[0])
+    if op == "hardswish":
+        mid = g.div(g.mul(x, g.add(x, 3.0)), 6.0)
+        return g.where(g.le(x, -3.0), 0.0, g.where(g.ge(x, 3.0), x, mid))
+    if op == "hardsigmoid":
+        mid = g.div(g.add(x, 3.0), 6.0)
+        return g.where(g.le(x, -3.0), 0.0, g.where(g.ge(x, 3.0), 1.0, mid))
+    if op == "sigmoid":
+        return g.sigmoid(x)
+    if op == "logsigmoid":
+        return g.sub(g.op("Min", x, g.c(0.0)), g.log1p(g.exp(g.neg(g.abs(x)))))
+    if op == "tanh":
+        return g.op("Tanh", x)
+    if op == "softplus":
+        b = p["beta"]
+        z = g.mul(x, b)
+        return g.where(g.gt(z, p["threshold"]), x, g.div(g.softplus0(z), b))
+    if op == "softsign":
+        return g.where(g.op("IsInf", x), g.op("Sign", x), g.div(x, g.add(g.abs(x), 1.0)))
+    if op == "mish":
+        return g.gated(x, g.op("Tanh", g.softplus0(x)))
+    if op == "softshrink":
+        lam = p["lambd"]
+        r = g.where(g.gt(x, lam), g.sub(x, lam), g.where(g.lt(x, -lam), g.add(x, lam), 0.0))
+        return g.keepnan(x, r)
+    if op == "hardshrink":
+        return g.keepnan(x, g.where(g.gt(g.abs(x), p["lambd"]), x, 0.0))
+    if op == "tanhshrink":
+        x2 = g.mul(x, x)
+        coefs = R._tanhshrink_series(_TANHSHRINK_TERMS)
+        acc = g.c(coefs[-1])
+        for coef in reversed(coefs[:-1]):
+            acc = g.add(g.mul(acc, x2), coef)
+        series = g.mul(g.mul(acc, x2), x)
+        return g.where(g.lt(g.abs(x), _TANHSHRINK_SERIES_BELOW), series, g.sub(x, g.op("Tanh", x)))
+    if op == "threshold":
+        return g.where(g.le(x, p["threshold"]), p["value"], x)
+    raise AssertionError(op)
+
+
+def _native_fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str:
+    if op == "relu":
+        return g.op("Relu", x)
+    if op == "relu6":
+        return g.clip(x, 0.0, 6.0)
+    if op == "hardtanh":
+        return g.clip(x, p["min_val"], p["max_val"])
+    if op == "leaky_relu":
+        return g.op("LeakyRelu", x, alpha=p["negative_slope"])
+    if op == "prelu":
+        return g.op("PRelu", x, weight)
+    if op == "hardsigmoid":
+        return g.op("HardSigmoid", x, alpha=1.0 / 6.0, beta=0.5)
+    if op == "softplus":
+        return g.op("Softplus", x)
+    if op == "elu":
+        return g.op("Elu", x, alpha=p["alpha"])
+    if op == "selu":
+        return g.op("Selu", x)
+    if op == "tanh":
+        return g.op("Tanh", x)
+    raise AssertionError(op)
+
+
+def _uses_native(op: str, dtype: str, p: dict) -> bool:
+    if op not in (_NATIVE_F16 if dtype == "float16" else _NATIVE_F32):
+        return False
+    if op == "softplus":
+        return p["beta"] == 1.0 and p["threshold"] >= 20.0
+    return True
+
+
+# ---- backward bodies: (graph, dy, x, params) -> dx -------------------------------------------
+
+
+def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> str:
+    def pass_where(cond):
+        return g.keepnan(x, g.where(cond, dy, 0.0))
+
+    if op == "relu":
+        return pass_where(g.gt(x, 0.0))
+    if op == "relu6":
+        return pass_where(g.op("And", g.gt(x, 0.0), g.lt(x, 6.0)))
+    if op == "hardtanh":
+        return pass_where(g.op("And", g.gt(x, p["min_val"]), g.lt(x, p["max_val"])))
+    if op == "leaky_relu":
+        return g.keepnan(x, g.where(g.gt(x, 0.0), dy, g.mul(dy, p["negative_slope"])))
+    if op == "prelu":
+        return g.keepnan(x, g.where(g.gt(x, 0.0), dy, g.mul(dy, weight)))
+    if op in ("softshrink", "hardshrink"):
+        return pass_where(g.gt(g.abs(x), p["lambd"]))
+    if op == "threshold":
+        return g.keepnan(x, g.where(g.le(x, p["threshold"]), 0.0, dy))
+    if op == "hardsigmoid":
+        inside = g.op("And", g.gt(x, -3.0), g.lt(x, 3.0))
+        return g.keepnan(x, g.where(inside, g.div(dy, 6.0), 0.0))
+    if op == "hardswish":
+        mid = g.mul(dy, g.add(g.div(x, 3.0), 0.5))
+        return g.keepnan(x, g.where(g.lt(x, -3.0), 0.0, g.where(g.le(x, 3.0), mid, dy)))
+    if op == "elu":
+        return g.where(g.gt(x, 0.0), dy, g.mul(dy, g.mul(g.exp(x), p["alpha"])))
+    if op == "selu":
+        sa = R.SELU_SCALE * R.SELU_ALPHA
+        return g.where(g.gt(x, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.mul(g.exp(x), sa)))
+    if op == "celu":
+        return g.where(g.gt(x, 0.0), dy, g.mul(dy, g.exp(g.div(x, p["alpha"]))))
+    if op == "sigmoid":
+        return g.mul(dy, g.mul(g.sigmoid(x), g.sigmoid(g.neg(x))))
+    if op == "logsigmoid":
+        return g.mul(dy, g.sigmoid(g.neg(x)))
+    if op == "tanh":
+        return g.mul(dy, g.sech2(x))
+    if op == "softplus":
+        z = g.mul(x, p["beta"])
+        return g.keepnan(x, g.where(g.gt(z, p["threshold"]), dy, g.mul(dy, g.sigmoid(z))))
+    if op == "softsign":
+        d = g.add(g.abs(x), 1.0)
+        return g.div(dy, g.mul(d, d))
+    if op in ("fast_gelu", "silu", "swish"):
+        k = {"fast_gelu": R.FAST_GELU_K, "silu": 1.0}.get(op) or p["beta"]
+        s, sn, xc = _swish_gate(g, x, k)
+        return g.mul(dy, g.add(s, g.mul(g.mul(g.mul(xc, s), sn), k)))
+    if op == "gelu":
+        if p["approximate"] == "tanh":
+            s, sn, xc = _gelu_tanh_parts(g, x)
+            dz = g.mul(g.add(g.mul(g.mul(xc, xc), 3 * R.GELU_TANH_C), 1.0), 2 * R.GELU_TANH_K)
+            return g.mul(dy, g.add(s, g.mul(g.mul(g.mul(xc, s), sn), dz)))
+        xc = g.clip(x, -1e5, 1e5)
+        cdf = g.mul(g.erfc(g.mul(x, -1.0 / math.sqrt(2.0))), 0.5)
+        pdf = g.mul(g.exp(g.mul(g.mul(xc, xc), -0.5)), 1.0 / math.sqrt(2.0 * math.pi))
+        return g.mul(dy, g.add(cdf, g.mul(xc, pdf)))
+    if op == "mish":
+        sp = g.softplus0(x)
+        xc = g.clip(x, -_F64_MAX, _F64_MAX)
+        return g.mul(dy, g.add(g.op("Tanh", sp), g.mul(g.mul(xc, g.sigmoid(x)), g.sech2(sp))))
+    if op == "tanhshrink":
+        t = g.op("Tanh", x)
+        return g.mul(dy, g.mul(t, t))
+    raise AssertionError(op)
+
+
+def _bwd_y(g: _Graph, op: str, dy: str, y: str, p: dict) -> str:
+    """Backward from the output y (only where spec.supports_y)."""
+    if op in ("relu", "relu6", "hardtanh", "leaky_relu"):
+        return _bwd(g, op, dy, y, p, None)  # same formula: y > 0 exactly where x > 0
+    if op == "elu":
+        return g.where(g.gt(y, 0.0), dy, g.mul(dy, g.add(y, p["alpha"])))
+    if op == "selu":
+        sa = R.SELU_SCALE * R.SELU_ALPHA
+        return g.where(g.gt(y, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.add(y, sa)))
+    if op == "celu":
+        return g.where(g.gt(y, 0.0), dy, g.mul(dy, g.add(g.div(y, p["alpha"]), 1.0)))
+    if op == "sigmoid":
+        return g.mul(dy, g.mul(y, g.sub(1.0, y)))
+    if op == "tanh":
+        return g.mul(dy, g.mul(g.sub(1.0, y), g.add(y, 1.0)))
+    raise AssertionError(op)
+
+
+# ---- param grads: float64 results -----------------------------------------------------------
+
+
+def _param_grad(g: _Graph, op: str, dy: str, x: str, p: dict) -> str:
+    if op == "swish":
+        s, sn, xc = _swish_gate(g, x, p["beta"])
+        prod = g.mul(dy, g.mul(g.mul(xc, s), g.mul(xc, sn)))
+        return g.op("ReduceSum", prod, keepdims=0)
+    if op == "prelu":
+        contrib = g.where(g.gt(x, 0.0), 0.0, g.mul(x, dy))
+        from onnx import numpy_helper
+
+        g.inits.append(numpy_helper.from_array(np.array([0, 2], dtype=np.int64), "outer_inner_axes"))
+        return g.op("ReduceSum", contrib, "outer_inner_axes", keepdims=0)
+    raise AssertionError(op)
+
+
+# ---- the model ------------------------------------------------------------------------------
+
+
+def _round_params(spec: OpSpec, params: dict) -> dict:
+    """Validated params with floats rounded to float32, as every backend decides with them."""
+    if spec.name == "prelu":
+        params = {"weight": None, **params}
+    p = spec.validate(params)
+    return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
+
+
+def _elem(dtype: str) -> int:
+    from onnx import TensorProto
+
+    return {"float16": TensorProto.FLOAT16, "float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE}[dtype]
+
+
+def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, from_output: bool = False,
+            **params: Any):
+    """The ONNX model (opset 20) of op's forward, or with `grad=True` its backward.
+
+    Inputs: forward `x`; backward `dy`, `x` (with `from_output=True`: `dy`, `y`, for the ops whose
+    derivative is a function of the output); prelu adds `weight`.  Output `y` or `dx`, same dtype.
+    Inputs are 1-D of any length (prelu: x as (outer, channels, inner), weight as (channels or 1, 1)).
+    `grad="beta"` (swish) and `grad="weight"` (prelu) export the parameter gradient: inputs
+    `dy`, `x`; output `dparam` in float64 (swish: the sum over all elements; prelu: one per channel).
+    """
+    import onnx
+    from onnx import helper
+
+    spec = _spec(op)
+    if dtype not in DTYPES:
+        raise ValueError(f"to_onnx(): dtype must be one of {DTYPES}, got {dtype!r}")
+    p = _round_params(spec, params)
+    param_grad = isinstance(grad, str)
+    if param_grad and (spec.param_grad is None or spec.param_grad[0] != grad):
+        have = f"{spec.param_grad[0]!r}" if spec.param_grad else "none"
+        raise ValueError(f"to_onnx(): {op} has no gradient for parameter {grad!r} (it has: {have})")
+
+    if from_output and (grad is not True or not spec.supports_y(p)):
+        raise ValueError(f"to_onnx(): from_output=True needs grad=True and an op whose backward can use the output "
+                         f"({spec.y_condition or 'not ' + op})")
+    native = not grad and _uses_native(op, dtype, p)
+    if native:
+        ct = dtype
+    elif param_grad:
+        ct = "float64"
+    else:
+        ct = "float32" if op in _F32_EXACT else "float64"
+    g = _Graph(ct)
+    elem = _elem(dtype)
+    shape = ["N", "C", "S"] if op == "prelu" else ["N"]
+    names = ["dy", "y" if from_output else "x"] if grad else ["x"]
+    inputs = [helper.make_tensor_value_info(n, elem, shape) for n in names]
+    if op == "prelu" and not param_grad:
+        names.append("weight")
+        inputs.append(helper.make_tensor_value_info("weight", elem, ["W", 1]))
+
+    def cast_in(n: str) -> str:
+        return n if ct == dtype else g.op("Cast", n, to=_elem(ct))
+
+    vals = {n: cast_in(n) for n in names}
+    if native:
+        out = _native_fwd(g, op, vals["x"], p, vals.get("weight"))
+    elif param_grad:
+        out = _param_grad(g, op, vals["dy"], vals["x"], p)
+    elif from_output:
+        out = _bwd_y(g, op, vals["dy"], vals["y"], p)
+    elif grad:
+        out = _bwd(g, op, vals["dy"], vals["x"], p, vals.get("weight"))
+    else:
+        out = _fwd(g, op, vals["x"], p, vals.get("weight"))
+
+    out_name = "dparam" if param_grad else ("dx" if grad else "y")
+    out_elem = _elem("float64") if param_grad else elem
+    if param_grad:
+        out_shape = [] if op == "swish" else ["C"]
+    else:
+        out_shape = shape
+    if (ct == dtype or param_grad) and g.nodes and g.nodes[-1].output[0] == out:
+        g.nodes[-1].output[0] = out_name
+    elif ct == dtype or param_grad:
+        g.nodes.append(helper.make_node("Identity", [out], [out_name]))
+    else:
+        g.nodes.append(helper.make_node("Cast", [out], [out_name], to=elem))
+    what = f"d{grad}" if param_grad else ("backward_y" if from_output else "backward" if grad else "forward")
+    settings = ", ".join(f"{k}={v!r}" for k, v in p.items() if k != "weight")
+    graph = helper.make_graph(
+        g.nodes, f"multiact_{op}_{what}", inputs,
+        [helper.make_tensor_value_info(out_name, out_elem, out_shape)], g.inits,
+        doc_string=f"multiact {op}({settings}) {what}, {dtype}",
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="multiact")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model

@@ -1,0 +1,267 @@
+"""The `cuda` backend against the shared reference, on device arrays, plus its device-side contract.
+
+Under the CUDA simulator (see conftest.py) the arrays are `SimDeviceArray`s.  On
+a real GPU (MULTIACT_CUDA_REAL=1, scripts/gpu_check.sh) every test runs once per
+array library in MULTIACT_CUDA_ARRAYS (default numba,cupy,torch, those
+installed), in one process so that each kernel compiles once.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import multiact as ma
+from multiact import consistency as C
+from multiact import registry
+from multiact.ops import FLOAT_DTYPES, OPS
+
+REAL = os.environ.get("MULTIACT_CUDA_REAL") == "1"
+OK, WHY = registry.availability("cuda")
+pytestmark = pytest.mark.skipif(not OK, reason=f"cuda: {WHY}")
+
+
+class Kind:
+    """One library's device arrays: made from NumPy, read back to NumPy."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name == "sim":
+            from multiact.backends.cuda_sim import to_device
+
+            self._to = to_device
+        elif name == "numba":
+            from numba import cuda
+
+            self._to = lambda a: cuda.to_device(a if a.flags.forc else np.ascontiguousarray(a))
+        elif name == "cupy":
+            import cupy
+
+            self._to = lambda a: cupy.asarray(a, order="K")
+        elif name == "torch":
+            import torch
+
+            self._to = lambda a: torch.from_numpy(a.copy(order="K")).cuda()
+        else:
+            raise ValueError(f"unknown array kind {name!r}")
+
+    def to(self, a):
+        return self._to(np.asarray(a))
+
+    def host(self, a) -> np.ndarray:
+        if self.name == "cupy":
+            return a.get()
+        if self.name == "torch":
+            return a.cpu().numpy()
+        return a.copy_to_host()
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _kinds() -> list[str]:
+    if not REAL:
+        return ["sim"]
+    out = []
+    for k in os.environ.get("MULTIACT_CUDA_ARRAYS", "numba,cupy,torch").split(","):
+        try:
+            __import__(k)
+            out.append(k)
+        except ImportError:
+            pass
+    return out
+
+
+@pytest.fixture(params=_kinds(), scope="module")
+def kind(request) -> Kind:
+    return Kind(request.param)
+
+
+def dt(a) -> np.dtype:
+    """NumPy dtype of any array (torch's dtypes do not compare with NumPy's)."""
+    return np.dtype(str(a.dtype).replace("torch.", ""))
+
+
+CASES = [
+    pytest.param(op, params, id=f"{op}[{C.case_id(params)}]")
+    for op in OPS
+    for params in C.param_cases(OPS[op])
+]
+
+
+def test_available_and_info():
+    info = {b.name: b for b in ma.backends()}["cuda"]
+    assert info.available
+    if not REAL:
+        assert "simulator" in info.reason and "CPU emulation" in info.reason
+        assert info.details["simulator"] is True
+    assert info.devices and "compute capability" in info.devices[0]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("op,params", CASES)
+def test_matches_reference(kind, op, params, dtype):
+    spec = OPS[op]
+    failures = []
+    for direction in C.directions(spec, params):
+        v = C.run_case("cuda", op, direction, dtype, params, to_kind=kind.to, from_kind=kind.host)
+        if not v.passed:
+            failures.append(f"{direction}: {v.describe()}")
+    assert not failures, "\n".join(failures)
+
+
+def test_default_dispatch_and_result_kind(kind):
+    x = kind.to(np.linspace(-2, 2, 9, dtype=np.float32))
+    assert "-> cuda" in ma.explain("silu", x)
+    y = ma.silu(x)
+    assert type(y) is type(x) and tuple(y.shape) == tuple(x.shape) and dt(y) == dt(x)
+    np.testing.assert_allclose(kind.host(y), ma.silu(kind.host(x), backend="numpy"), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_sizes(kind, dtype):
+    rng = np.random.default_rng(7)
+    for op in ("relu", "gelu", "softplus", "hardswish"):
+        spec = OPS[op]
+        for n in (0, 1, 31, 33, 65, 1000):
+            x = (rng.standard_normal(n) * 4).astype(dtype)
+            dy = rng.standard_normal(n).astype(dtype)
+            got = kind.host(ma.forward(op, kind.to(x), backend="cuda"))
+            v = C.compare(got, C.reference(spec, "forward", {}, dtype, x), x, spec, "forward")
+            assert v.passed and got.shape == (n,), f"{op} n={n}: {v.describe()}"
+            got = kind.host(ma.backward(op, kind.to(dy), kind.to(x), backend="cuda"))
+            v = C.compare(got, C.reference(spec, "backward", {}, dtype, dy, x), x, spec, "backward", scale=dy)
+            assert v.passed, f"{op} grad n={n}: {v.describe()}"
+
+
+def _views(kind: Kind, dtype: str) -> dict:
+    rng = np.random.default_rng(3)
+    base = (rng.standard_normal((9, 7)) * 3).astype(dtype)
+    d = kind.to(base)
+    six = kind.to((rng.standard_normal((2, 3, 2, 3, 2, 4)) * 3).astype(dtype))
+    views = {
+        "0-d": kind.to(np.array(0.7, dtype=dtype)),
+        "strided": d[:, ::3],
+        "transposed": d.T,
+        "fortran": kind.to(np.asfortranarray(base)),
+        "6-d": six[:, :, 1:, :, :, ::2],
+    }
+    if kind.name != "torch":  # torch has no negative strides
+        views["negative"] = d[::-1, ::-2]
+        views["6-d"] = six[:, :, ::-1, :, :, ::2]
+    return views
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_layouts_and_in_place(kind, dtype):
+    """0-d, strided, transposed, Fortran, negative strides, >4 dims: equal to the contiguous result."""
+    for op in ("relu", "elu", "gelu", "tanhshrink", "threshold"):
+        params = C.param_cases(OPS[op])[0]
+        for name, x in _views(kind, dtype).items():
+            xh = kind.host(x).copy(order="C")
+            want = kind.host(ma.forward(op, kind.to(xh), **params))
+            got = ma.forward(op, x, **params)
+            assert tuple(got.shape) == tuple(x.shape) and dt(got) == dt(x)
+            np.testing.assert_array_equal(kind.host(got), want, err_msg=f"{op} {name}")
+            inplace = kind.to(kind.host(x))
+            res = ma.forward(op, inplace, out=inplace, **params)
+            assert res is inplace
+            np.testing.assert_array_equal(kind.host(inplace), want, err_msg=f"{op} {name} in place")
+            dy = kind.to(np.ones_like(xh))
+            gwant = kind.host(ma.backward(op, dy, kind.to(xh), **params))
+            g = ma.backward(op, dy, x, out=dy, **params)
+            np.testing.assert_array_equal(kind.host(g), gwant, err_msg=f"{op} {name} grad in place on dy")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_prelu_channels_and_weight_grad(kind, dtype):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((3, 5, 4, 6)) * 2).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    spec = OPS["prelu"]
+    tol = {"rtol": 2e-3, "atol": 1e-2} if dtype == "float16" else {"rtol": 1e-5, "atol": 1e-4}
+    for axis in (1, 3, -1):
+        w = np.linspace(-0.5, 1.5, x.shape[axis]).astype(dtype)
+        shape = [1] * x.ndim
+        shape[axis] = w.size
+        wb = w.reshape(shape).astype(np.float64)
+        for wgiven in (w, kind.to(w)):  # a host weight is uploaded; a device one is used in place
+            y = kind.host(ma.prelu(kind.to(x), wgiven, axis=axis))
+            assert C.compare(y, spec.forward(x.astype(np.float64), wb, axis), x, spec, "forward").passed
+            g = kind.host(ma.prelu_grad(kind.to(dy), kind.to(x), wgiven, axis=axis))
+            want = spec.backward(dy.astype(np.float64), x.astype(np.float64), wb, axis)
+            assert C.compare(g, want, x, spec, "backward", scale=dy).passed
+            wg = ma.prelu_weight_grad(kind.to(dy), kind.to(x), wgiven, axis=axis)
+            assert type(wg) is type(kind.to(w)) and tuple(wg.shape) == w.shape and dt(wg) == w.dtype
+            want = spec.param_grad[1](dy.astype(np.float64), x.astype(np.float64), w, axis % x.ndim)
+            np.testing.assert_allclose(kind.host(wg).astype(np.float64), want, **tol)
+    one = ma.prelu_weight_grad(kind.to(dy), kind.to(x), np.array([0.25], dtype=dtype))
+    want = spec.param_grad[1](dy.astype(np.float64), x.astype(np.float64), np.array([0.25]), 1)
+    np.testing.assert_allclose(kind.host(one).astype(np.float64), want, rtol=2e-3 if dtype == "float16" else 1e-6)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_swish_beta_grad_is_a_device_scalar(kind, dtype):
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal(3000) * 3).astype(dtype)
+    dy = rng.standard_normal(3000).astype(dtype)
+    x[:3] = [np.inf, -np.inf, 0.0]
+    for beta in (1.0, 1.3, -0.7):
+        got = ma.swish_beta_grad(kind.to(dy), kind.to(x), beta)
+        assert tuple(got.shape) == () and dt(got) == np.dtype(dtype) and type(got) is type(kind.to(x))
+        b = float(np.float32(beta)) if dtype != "float64" else beta
+        want = OPS["swish"].param_grad[1](dy.astype(np.float64), x.astype(np.float64), b)
+        assert np.isclose(float(kind.host(got)), want, rtol=1e-3 if dtype == "float16" else 1e-5, atol=1e-3)
+
+
+def test_nan_in_nan_out_every_op(kind):
+    x = np.array([np.nan, 1.0, np.nan, -1.0, np.nan], dtype=np.float32)
+    for op, spec in OPS.items():
+        kw = dict(C.param_cases(spec)[0])
+        if op == "prelu":
+            kw = {"weight": np.array([0.25], dtype=np.float32)}
+        y = kind.host(ma.forward(op, kind.to(x), **kw))
+        assert np.isnan(y[[0, 2, 4]]).all() and not np.isnan(y[[1, 3]]).any(), op
+        g = kind.host(ma.backward(op, kind.to(np.ones_like(x)), kind.to(x), **kw))
+        assert np.isnan(g[[0, 2, 4]]).all(), op
+
+
+# ---- errors: checked before any write ----------------------------------------------------------------------
+
+
+def test_mixed_host_and_device_is_a_type_error_naming_both(kind):
+    x = kind.to(np.ones(4, np.float32))
+    with pytest.raises(TypeError, match=r"dy is numpy\.ndarray, x is \S+"):
+        ma.relu_grad(np.ones(4, np.float32), x)
+    with pytest.raises(TypeError, match=r"x is \S+, out is numpy\.ndarray"):
+        ma.relu(x, out=np.empty(4, np.float32))
+
+
+def test_out_checks(kind):
+    xh = np.linspace(-1, 1, 16, dtype=np.float32)
+    x = kind.to(xh)
+    with pytest.raises(ValueError, match="overlaps x"):
+        ma.relu(x[:15], out=x[1:])
+    with pytest.raises(ValueError, match="overlaps dy"):
+        ma.relu_grad(x[:15], kind.to(xh[:15]), out=x[1:])
+    if kind.name == "sim":
+        ro = kind.to(np.zeros(16, np.float32)).readonly()
+        with pytest.raises(ValueError, match="read-only"):
+            ma.relu(x, out=ro)
+    with pytest.raises(ValueError, match="shape"):
+        ma.relu(x, out=kind.to(np.zeros(15, np.float32)))
+    with pytest.raises(TypeError, match="dtype"):
+        ma.relu(x, out=kind.to(np.zeros(16, np.float64)))
+    np.testing.assert_array_equal(kind.host(x), xh)  # nothing was written
+    ma.relu(x[::2], out=x[1::2])  # interleaved views share no element: allowed
+    np.testing.assert_array_equal(kind.host(x)[1::2], np.maximum(xh[::2], 0))
+
+
+def test_prelu_weight_errors(kind):
+    x = kind.to(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match="weight has shape"):
+        ma.prelu(x, np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="weight has dtype"):
+        ma.prelu(x, kind.to(np.ones(3, np.float64)))

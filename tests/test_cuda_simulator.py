@@ -1,0 +1,28 @@
+"""Runs tests/cuda in its own process under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1).
+
+The simulator must be enabled before numba is first imported, which this process has done
+long ago; a child pytest is the clean way to keep one test command for everything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.mark.skipif(os.environ.get("MULTIACT_CUDA_REAL") == "1", reason="run tests/cuda on the GPU instead")
+def test_cuda_backend_under_the_simulator():
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(HERE / "cuda")],
+        capture_output=True, text=True, env=env, cwd=HERE.parent, timeout=1200,
+    )
+    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-40:])
+    print(tail)
+    assert proc.returncode == 0, tail

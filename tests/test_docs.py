@@ -1,0 +1,21 @@
+"""The README's op list is the op table's, and its examples run."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from multiact import docs
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_op_table_is_generated_from_the_op_table():
+    text = README.read_text()
+    assert docs.render(text) == text, "README op table is stale: run `python -m multiact.docs`"
+
+
+def test_readme_example_runs():
+    text = README.read_text()
+    example = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    exec(compile(example, "README example", "exec"), {})

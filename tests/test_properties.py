@@ -1,0 +1,162 @@
+"""Property-based tests over the op table: shapes, strides, dtypes, parameters and hostile values.
+
+Budget: the "ci" profile (default) runs a few dozen examples per property from a saved example
+database; HYPOTHESIS_PROFILE=long runs thousands (see the README).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import host_backends, require, supports
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.extra import numpy as hnp
+
+import multiact as ma
+from multiact import consistency as C
+from multiact.ops import OPS, REQUIRED
+
+BACKENDS = [p.values[0] for p in host_backends() if not p.marks]
+ELEMENTWISE = [op for op in OPS if op != "prelu"]
+
+_DB = DirectoryBasedExampleDatabase(str(Path(__file__).parent / "hypothesis-db"))
+settings.register_profile(
+    "ci", max_examples=25, deadline=None, database=_DB,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "long", max_examples=2000, deadline=None, database=_DB, suppress_health_check=list(HealthCheck)
+)
+settings.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _values(dtype):
+    fi = np.finfo(dtype)
+    specials = [0.0, -0.0, 1.0, -1.0, 3.0, -3.0, 6.0, 0.5, -0.5, float(fi.tiny), float(fi.tiny) / 8,
+                float(fi.max), -float(fi.max), np.inf, -np.inf, np.nan]
+    return st.one_of(
+        st.sampled_from(specials),
+        st.floats(-40, 40, width=np.finfo(dtype).bits),
+        st.floats(width=np.finfo(dtype).bits, allow_nan=True, allow_infinity=True),
+    )
+
+
+@st.composite
+def arrays(draw, dtype):
+    """An array of any rank 0-6 (empty dims allowed) as a possibly strided / transposed / flipped view."""
+    shape = draw(hnp.array_shapes(min_dims=0, max_dims=6, min_side=0, max_side=4))
+    base = draw(hnp.arrays(dtype, tuple(s * 2 for s in shape), elements=_values(dtype)))
+    view = base[(*(slice(None, None, 2) for _ in shape), Ellipsis)]
+    if draw(st.booleans()) and view.ndim > 1:
+        view = view.transpose(draw(st.permutations(range(view.ndim))))
+    if draw(st.booleans()) and view.ndim:
+        view = view[::-1]
+    return view
+
+
+@st.composite
+def params_for(draw, op, dtype):
+    """Valid parameters: defaults, PARAM_CASES, or random values inside each range."""
+    spec = OPS[op]
+    cases = C.param_cases(spec)
+    if cases and draw(st.booleans()):
+        return draw(st.sampled_from(cases))
+    out = {}
+    for p in spec.params:
+        if p.kind == "choice":
+            out[p.name] = draw(st.sampled_from(p.choices))
+        else:
+            lo = p.lo if p.lo is not None else -5.0
+            v = draw(st.floats(lo, 5.0 if lo < 5 else lo + 5, exclude_min=p.lo_open))
+            assume(not (p.nonzero and v == 0))
+            out[p.name] = v
+    try:
+        spec.validate(out)
+    except ValueError:
+        assume(False)
+    return out
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@given(data=st.data())
+def test_every_backend_matches_the_reference(backend, dtype, data):
+    require(backend, "relu", "forward", dtype)
+    op = data.draw(st.sampled_from(ELEMENTWISE))
+    assume(supports(backend, op, "forward", dtype) and supports(backend, op, "backward", dtype))
+    spec = OPS[op]
+    params = data.draw(params_for(op, dtype))
+    x = data.draw(arrays(np.dtype(dtype)))
+    dy = np.ones_like(x) * np.asarray(data.draw(st.floats(-4, 4)), dtype=dtype)
+    y = ma.forward(op, x, backend=backend, **params)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    v = C.compare(y, C.reference(spec, "forward", params, dtype, x), x, spec, "forward", params=params)
+    assert v.passed, f"{op} {params}: {v.describe()}"
+    g = ma.backward(op, dy, x, backend=backend, **params)
+    v = C.compare(g, C.reference(spec, "backward", params, dtype, dy, x), x, spec, "backward", scale=dy,
+                  params=params)
+    assert v.passed, f"{op} grad {params}: {v.describe()}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(data=st.data())
+def test_in_place_equals_out_of_place(backend, data):
+    op = data.draw(st.sampled_from(ELEMENTWISE))
+    dtype = data.draw(st.sampled_from(["float16", "float32", "float64"]))
+    assume(supports(backend, op, "forward", dtype))
+    params = data.draw(params_for(op, dtype))
+    x = data.draw(arrays(np.dtype(dtype)))
+    want = ma.forward(op, x, backend=backend, **params)
+    buf = x.copy()
+    ma.forward(op, buf, out=buf, backend=backend, **params)
+    np.testing.assert_array_equal(buf, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@given(data=st.data())
+def test_backward_from_output_matches_its_reference(backend, data):
+    ops = [op for op in ELEMENTWISE if OPS[op].backward_y is not None]
+    op = data.draw(st.sampled_from(ops))
+    spec = OPS[op]
+    dtype = data.draw(st.sampled_from(["float16", "float32", "float64"]))
+    assume(supports(backend, op, "backward_y", dtype))
+    params = data.draw(params_for(op, dtype))
+    assume(spec.supports_y(spec.validate(params)))
+    x = data.draw(arrays(np.dtype(dtype)))
+    y = ma.forward(op, x, backend=backend, **params)
+    dy = np.ones_like(x)
+    g = ma.backward(op, dy, y=y, backend=backend, **params)
+    ref = C.reference(spec, "backward_y", params, dtype, dy, y)
+    v = C.compare(g, ref, y, spec, "backward_y", scale=dy.astype(np.float64) * y)
+    assert v.passed, f"{op} {params}: {v.describe()}"
+    if spec.exact:  # piecewise linear: the output determines the slope exactly
+        np.testing.assert_array_equal(g, ma.backward(op, dy, x, backend=backend, **params))
+
+
+def _invalid_values(p):
+    bad = [np.nan, np.inf, -np.inf]
+    if p.lo is not None:
+        bad.append(p.lo if p.lo_open else p.lo - 1e-3)
+    if p.nonzero:
+        bad.append(0.0)
+    return bad
+
+
+@given(data=st.data())
+def test_invalid_parameters_raise_before_anything_is_written(data):
+    op = data.draw(st.sampled_from([op for op in ELEMENTWISE if any(p.kind == "float" for p in OPS[op].params)]))
+    spec = OPS[op]
+    p = data.draw(st.sampled_from([p for p in spec.params if p.kind == "float"]))
+    params = {q.name: (1.0 if q.default is REQUIRED else q.default) for q in spec.params}
+    params[p.name] = data.draw(st.sampled_from(_invalid_values(p)))
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    out = np.full_like(x, 7.0)
+    with pytest.raises(ValueError, match=p.name):
+        ma.forward(op, x, out=out, **params)
+    with pytest.raises(ValueError, match=p.name):
+        ma.backward(op, x, x, out=out, **params)
+    assert np.all(out == 7.0)
