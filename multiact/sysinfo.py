@@ -11,6 +11,7 @@ import importlib.util
 import os
 import platform
 import sys
+import textwrap
 from typing import Any
 
 # SIMD features multiact's kernels choose between, per architecture (names as /proc/cpuinfo spells them).
@@ -184,9 +185,13 @@ def render(info: dict[str, Any]) -> str:
         details = dict(b["details"])
         where = ", ".join(str(details.pop(k)) for k in ("isa",) if k in details)
         where = ", ".join(x for x in (where, *b["devices"]) if x)
+        reason = b["reason"] if len(b["reason"]) <= 60 else b["reason"][:57].rstrip() + "... (*)"
         rows.append([b["name"], "yes" if b["available"] else "no", b["priority"], ",".join(b["kinds"]) or "-",
-                     where or "-", b["reason"]])
+                     where or "-", reason])
     lines += ["", table(rows, ["backend", "available", "priority", "arrays", "isa/devices", "reason"], "llrlll")]
+    for b in info["backends"]:
+        if len(b["reason"]) > 60:
+            lines += textwrap.wrap(f"(*) {b['name']}: {b['reason']}", 110, subsequent_indent="    ")
     lines += ["", "NumPy arrays run on: " + ", ".join(f"{k} -> {v}" for k, v in info["default_backend"].items())]
     libs = info["libraries"]
     lines.append("Libraries: " + ", ".join(f"{k} {v or '-'}" for k, v in libs.items()))
