@@ -350,7 +350,8 @@ def plot(rows: Sequence[Row], path: str, title: str | None = None, note: str = "
         grid = {k: (ops.index(k[0]), cols.index((k[1], k[2]))) for k in keys}
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.4 * ncols + 0.6, 3.3 * nrows + 1.4), squeeze=False)
     impls = list(dict.fromkeys(display_name(r, long=True) for r in rows if r.kind != "baseline"))
-    colors = {name: plt.cm.tab10(i % 10) for i, name in enumerate(impls)}
+    spare = iter(("#aec7e8", "#98df8a", "#ffbb78", "#c5b0d5", "#c49c94", "#000000"))
+    colors = {name: _COLORS.get(name) or next(spare, "k") for name in impls}
     threads = sorted({r.threads for r in rows})
     markers = dict(zip(threads, "osD^v<>ph", strict=False))
     modes = sorted({r.mode for r in rows if r.kind != "baseline"})
@@ -409,6 +410,13 @@ def plot(rows: Sequence[Row], path: str, title: str | None = None, note: str = "
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
+
+# Fixed colours, so that plots from different runs and machines read alike.
+_COLORS = {
+    "multiact native": "#1f77b4", "multiact numba": "#2ca02c", "multiact numpy": "#17becf",
+    "multiact onnxruntime": "#9467bd", "multiact cuda": "#bcbd22", "multiact ascend": "#e377c2",
+    "PyTorch": "#d62728", "ONNX Runtime": "#ff7f0e", "NumPy formula": "#8c564b",
+}
 
 PEER_LABELS = {"torch": "PyTorch", "onnxruntime": "ONNX Runtime", "numpy": "NumPy formula"}
 
