@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -137,6 +137,12 @@ class Row:
     def speedup(self) -> float | None:
         """Best peer's time over this one (backends only)."""
         return None if self.kind != "backend" or not self.best_peer_s else self.best_peer_s / self.median_s
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Row:
+        """A row back from `as_dict()` (a saved --json run)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

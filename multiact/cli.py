@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="one row per case, one ns/element column per implementation (for a README)")
     bench.add_argument("--json", metavar="FILE", help="write every sample and the machine description as JSON")
     bench.add_argument("--plot", metavar="FILE.png", help="plot GB/s against size, one panel per op")
+    bench.add_argument("--load", metavar="FILE", help="show (and --plot) a run saved with --json instead of timing")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
 
@@ -200,6 +201,19 @@ def _write_json(dest: str, data: Any) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench, peers, sysinfo
 
+    if args.load:
+        with open(args.load, encoding="utf-8") as f:
+            saved = json.load(f)
+        res = {**saved, "rows": [bench.Row.from_dict(r) for r in saved["rows"]]}
+        print(render_bench_wide(res) if args.wide else render_bench(res))
+        meta = saved.get("meta", {})
+        print(f"\nsaved {meta.get('date', '?')} on {meta.get('cpu', {}).get('model', '?')}, "
+              f"load average before {meta.get('load_before')}")
+        if args.plot:
+            load = meta.get("load_before")
+            bench.plot(res["rows"], args.plot, note=f", load {load[0]:.1f}" if load else "")
+            print(f"plot written to {args.plot}")
+        return 0
     ops = [bench.parse_op(o) for o in (_many(args.op) or bench.DEFAULT_OPS)]
     sizes = [bench.parse_size(s) for s in _many(args.size) or []] or list(bench.DEFAULT_SIZES)
     threads = [int(t) for t in _many(args.threads) or []] or None

@@ -194,6 +194,9 @@ def test_bench_tiny_json_and_table(capsys, tmp_path):
         if r["kind"] == "backend":
             assert r["speedup_vs_best_peer"] > 0
     assert rep["meta"]["cpu"]["arch"] and rep["missing_peers"] == {}
+    rc, again, _ = run(capsys, "bench", "--load", str(path))  # a saved run shows the same table
+    table_part = again.split("\n\n")[0]
+    assert rc == 0 and "ma:numpy" in table_part and out.startswith(table_part)
 
 
 def test_bench_wide_table(capsys):
