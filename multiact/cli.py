@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 import time
@@ -201,6 +202,8 @@ def _write_json(dest: str, data: Any) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from . import bench, peers, sysinfo
 
+    if args.load and args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("--plot needs matplotlib: pip install 'multiact[bench]'")
     if args.load:
         with open(args.load, encoding="utf-8") as f:
             saved = json.load(f)
@@ -232,6 +235,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for p in peer_names:
         peers.available(p)  # unknown names raise
     modes = ("alloc", "out") if args.out else ("alloc",)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # say so before the run, not after
+        raise ValueError("--plot needs matplotlib: pip install 'multiact[bench]'")
     bar = None if args.no_progress else (lambda it, n: progress(it, n, "multiact bench"))
     load_before = sysinfo.cpu().get("load_average")
     t0 = time.perf_counter()

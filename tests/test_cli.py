@@ -263,6 +263,21 @@ def test_bench_plot_writes_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
 
 
+def test_without_optional_extras(capsys, monkeypatch):
+    """No tqdm: a plain progress line; no matplotlib: --plot refused before timing anything."""
+    import importlib.util as iu
+
+    from multiact import _report
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ImportError
+    seen = list(_report.progress(range(3), 3, "work", stream=sys.stdout))
+    assert seen == [0, 1, 2] and "work: 3/3" in capsys.readouterr().out
+    real = iu.find_spec
+    monkeypatch.setattr(iu, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    rc, out, err = run(capsys, "bench", "--op", "relu", "--size", "1K", "--plot", "x.png")
+    assert rc == 2 and "--plot needs matplotlib" in err and out == ""
+
+
 def test_bench_parsing():
     assert bench.parse_size("1K") == 1024 and bench.parse_size("16M") == 1 << 24 and bench.parse_size("3000") == 3000
     assert bench.size_label(1 << 24) == "16M" and bench.size_label(3000) == "3000"
