@@ -596,17 +596,13 @@ def _weight_desc(w: Any, x: _Desc, axis: Any, op: str = "prelu") -> tuple[_Desc,
         wshape, wdtype = host.shape, host.dtype
         dev = _upload(np.ascontiguousarray(host.reshape(-1), dtype=x.dtype), x.obj)
         wd = _Desc(dev)
-    size = math.prod(wshape)
+    from multiact.dispatch import prelu_axis
+
     ndim = len(x.shape)
-    if size == 1:
+    axis = prelu_axis(op, x.shape, wshape, axis)
+    if axis is None:
         return _view(wd, x.shape, [0] * ndim), 1, 0, wshape, wdtype
-    if ndim == 0 or not -ndim <= axis < ndim:
-        raise ValueError(f"{op}(): axis {axis} is out of range for x with {ndim} dims")
-    axis %= ndim
-    if len(wshape) != 1 or size != x.shape[axis]:
-        raise ValueError(
-            f"{op}(): weight has shape {wshape}; expected 1 element or ({x.shape[axis]},) to match x.shape[{axis}]"
-        )
+    size = math.prod(wshape)
     strides = [0] * ndim
     strides[axis] = wd.strides[0]
     return _view(wd, x.shape, strides), size, axis, wshape, wdtype

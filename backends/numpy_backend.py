@@ -17,7 +17,9 @@ from multiact.ops import OPS
 NAME = "numpy"
 PRIORITY = 10
 KINDS = ("numpy",)
-_BLOCK = 1 << 14
+# 8K elements: float64 temporaries stay at 64 KiB, under glibc's mmap threshold even where it is
+# pinned at its default (dask's workers set MALLOC_TRIM_THRESHOLD_, which does that).
+_BLOCK = 1 << 13
 
 
 def available() -> tuple[bool, str]:

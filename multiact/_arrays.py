@@ -48,14 +48,14 @@ def library_of(a: Any) -> str:
 
 
 def as_host_array(a: Any, argname: str, *, writeable: bool = False) -> np.ndarray:
-    """A NumPy view of a host array (NumPy, torch CPU tensor, list, scalar), checked to be float."""
+    """A NumPy view of a host array (NumPy, torch CPU tensor, list, scalar), checked to be float.
+
+    writeable=True marks a destination (out=): it must be a view we can write through.
+    """
     if isinstance(a, np.ndarray):
         arr = a
     elif _is_torch(a):
-        t = a.detach()
-        if t.dtype not in _TORCH_OK:
-            raise TypeError(f"{argname} must be a float16, float32 or float64 tensor, got {t.dtype}")
-        arr = t.numpy()
+        arr = _torch_view(a, argname, writeable)
     elif isinstance(a, (list, tuple, float, int, np.generic)) and not isinstance(a, bool):
         arr = np.asarray(a)
         if arr.dtype.kind in "iu" and arr.size == 0:
@@ -70,6 +70,30 @@ def as_host_array(a: Any, argname: str, *, writeable: bool = False) -> np.ndarra
     return arr
 
 
+def _torch_view(a: Any, argname: str, writeable: bool) -> np.ndarray:
+    """Zero-copy NumPy view of a CPU tensor; bfloat16 (NumPy has none) as a read-only float32 copy.
+
+    The copy is read-only so that a bfloat16 `out` can never be written and lost:
+    the caller's tensor is not where the result would go.
+    """
+    torch = sys.modules["torch"]
+    if writeable and a.requires_grad and torch.is_grad_enabled():
+        raise ValueError(
+            f"{argname} requires grad: multiact's plain functions write outside autograd; "
+            "use multiact.torch for training, or write under torch.no_grad()"
+        )
+    t = a.detach()
+    if t.dtype == torch.bfloat16:
+        if writeable:
+            raise TypeError(f"{argname} is bfloat16, which is computed in float32 and cannot be written in place")
+        arr = t.float().numpy()
+        arr.flags.writeable = False
+        return arr
+    if t.dtype not in _TORCH_OK:
+        raise TypeError(f"{argname} must be a float16, float32, float64 or bfloat16 tensor, got {t.dtype}")
+    return t.numpy()
+
+
 class _TorchDtypes:
     """float dtypes of torch that map onto NumPy's, resolved once torch exists."""
 
@@ -82,7 +106,9 @@ _TORCH_OK = _TorchDtypes()
 
 
 def wrap_like(result: np.ndarray, like: Any) -> Any:
-    """Return the host result in the caller's kind: a tensor for a tensor, else NumPy."""
+    """Return the host result in the caller's kind: a tensor (of its dtype) for a tensor, else NumPy."""
     if _is_torch(like):
-        return sys.modules["torch"].from_numpy(result)
+        torch = sys.modules["torch"]
+        t = torch.from_numpy(result)
+        return t.to(torch.bfloat16) if like.dtype == torch.bfloat16 else t
     return result

@@ -218,3 +218,16 @@ def directions(spec: OpSpec, params: dict[str, Any]) -> list[str]:
     if spec.backward_y is not None and "weight" not in params and spec.supports_y(spec.validate(params)):
         out.append("backward_y")
     return out
+
+
+def case_failures(
+    backend: str | None, op: str, params: dict[str, Any], dtype: Any, to_kind: Any = None, from_kind: Any = None,
+    n: int = 600,
+) -> list[str]:
+    """Every elementwise direction of one case; the failures described (empty when all pass)."""
+    out = []
+    for direction in directions(OPS[op], params):
+        v = run_case(backend, op, direction, dtype, params, to_kind, from_kind, n)
+        if not v.passed:
+            out.append(f"{direction}: {v.describe()}")
+    return out

@@ -89,22 +89,30 @@ def _check_out(op: str, out: np.ndarray, inputs: dict[str, np.ndarray], like: np
                 )
 
 
-def _weight(spec: OpSpec, p: dict, x: np.ndarray) -> tuple[dict, Any]:
-    """prelu: the weight as an array of x's dtype shaped to broadcast along axis."""
-    w0 = p["weight"]
-    w = _arrays.as_host_array(w0, f"{spec.name}(): weight")
-    axis = p["axis"]
-    if w.size == 1:
-        shaped = w.astype(x.dtype).reshape((1,) * x.ndim)
-        return {**p, "weight": shaped, "axis": 0}, w
-    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"{spec.name}(): axis {axis} is out of range for x with {x.ndim} dims")
-    axis %= x.ndim
-    if w.ndim != 1 or w.size != x.shape[axis]:
+def prelu_axis(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], axis: int) -> int | None:
+    """The channel axis of prelu, normalised; None for a single weight.  ValueError naming what is off."""
+    size = int(np.prod(w_shape))
+    if size == 1:
+        return None
+    ndim = len(x_shape)
+    if ndim == 0 or not -ndim <= axis < ndim:
+        raise ValueError(f"{op}(): axis {axis} is out of range for x with {ndim} dims")
+    axis %= ndim
+    if len(w_shape) != 1 or size != x_shape[axis]:
         raise ValueError(
-            f"{spec.name}(): weight has shape {w.shape}; expected 1 element or ({x.shape[axis]},) "
+            f"{op}(): weight has shape {tuple(w_shape)}; expected 1 element or ({x_shape[axis]},) "
             f"to match x.shape[{axis}]"
         )
+    return axis
+
+
+def _weight(spec: OpSpec, p: dict, x: np.ndarray) -> tuple[dict, Any]:
+    """prelu: the weight as an array of x's dtype shaped to broadcast along axis."""
+    w = _arrays.as_host_array(p["weight"], f"{spec.name}(): weight")
+    axis = prelu_axis(spec.name, x.shape, w.shape, p["axis"])
+    if axis is None:
+        shaped = w.astype(x.dtype).reshape((1,) * x.ndim)
+        return {**p, "weight": shaped, "axis": 0}, w
     shape = [1] * x.ndim
     shape[axis] = w.size
     return {**p, "weight": w.astype(x.dtype).reshape(shape), "axis": axis}, w
@@ -261,13 +269,14 @@ def call(
         res = _run(mod, kernel, spec, direction, dtype, ins, p)
         if spec.name == "prelu":
             return _arrays.wrap_like(np.asarray(res).astype(weight_in.dtype).reshape(weight_in.shape), named["x"])
-        return like.dtype.type(res)
+        with np.errstate(over="ignore"):  # a float16 sum beyond 65504 is inf, as NumPy would say
+            return like.dtype.type(res)
     if out is None:
         res = np.empty_like(like)
     else:
         if not (isinstance(out, np.ndarray) or _arrays.kind_of(out) == "torch"):
             raise TypeError(f"{op}(): out must be an array to write into, got {type(out).__name__}")
-        res = _arrays.as_host_array(out, f"{op}(): out")
+        res = _arrays.as_host_array(out, f"{op}(): out", writeable=True)
         _check_out(op, res, arrs, like)
     _run(mod, kernel, spec, direction, dtype, ins + (res,), p)
     if out is not None:

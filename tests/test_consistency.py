@@ -22,13 +22,9 @@ CASES = [
 @pytest.mark.parametrize("op,params", CASES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_matches_reference(backend, op, params, dtype):
-    spec = OPS[op]
-    failures = []
-    for direction in C.directions(spec, params):
+    for direction in C.directions(OPS[op], params):
         require(backend, op, direction, dtype)
-        v = C.run_case(backend, op, direction, dtype, params)
-        if not v.passed:
-            failures.append(f"{direction}: {v.describe()}")
+    failures = C.case_failures(backend, op, params, dtype)
     assert not failures, "\n".join(failures)
 
 

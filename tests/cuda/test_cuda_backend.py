@@ -103,12 +103,7 @@ def test_available_and_info():
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("op,params", CASES)
 def test_matches_reference(kind, op, params, dtype):
-    spec = OPS[op]
-    failures = []
-    for direction in C.directions(spec, params):
-        v = C.run_case("cuda", op, direction, dtype, params, to_kind=kind.to, from_kind=kind.host)
-        if not v.passed:
-            failures.append(f"{direction}: {v.describe()}")
+    failures = C.case_failures("cuda", op, params, dtype, to_kind=kind.to, from_kind=kind.host)
     assert not failures, "\n".join(failures)
 
 

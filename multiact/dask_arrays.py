@@ -1,0 +1,175 @@
+"""Dask arrays: every op as a lazy blockwise graph whose chunks are dispatched like plain calls.
+
+A chunk runs wherever Dask schedules it, through the same dispatcher as a plain
+call, so each worker picks its own best backend for the chunk it holds (native
+or numba for NumPy chunks, cuda for CuPy chunks).  What the caller chose when
+building the graph travels with it: `backend=` and any `ma.use(...)` scopes.
+Arrays with different chunks are aligned (`unify_chunks`) first.  Parameter
+gradients (swish's beta, prelu's weight) are per-chunk float64 partials summed
+by Dask, then rounded to the dtype a plain call returns.
+
+The dispatcher imports this module only when it meets a Dask array.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import dask.array as da
+import numpy as np
+
+from . import _arrays, dispatch, registry
+from .ops import OPS, OpSpec
+
+_FLOATS = ("float16", "float32", "float64")
+
+
+def call(spec: OpSpec, direction: str, named: dict[str, Any], p: dict, out: Any, backend: str | None) -> da.Array:
+    """The lazy result of one call on Dask arrays (p is validated; chunks run at compute time)."""
+    op = spec.name
+    if out is not None:
+        raise TypeError(
+            f"{op}(): out= is not supported for Dask arrays: the result is lazy; use the returned array "
+            "(da.store writes it into an existing array)"
+        )
+    if backend is not None:
+        registry._check_name(backend)  # a typo fails now; availability is each worker's own question
+    arrays = {n: a for n, a in named.items() if a is not None}
+    _check(op, arrays)
+    like = next(iter(arrays.values()))
+    prefs = registry._scope.get()
+    p = dict(p)
+    weight = p.pop("weight", None) if op == "prelu" else None
+    args: list[Any] = []
+    ind = tuple(range(like.ndim))
+    for a in arrays.values():
+        args += [a, ind]
+    axis = w_shape = w_dtype = None
+    if weight is not None:
+        w_arg, w_ind, axis, w_shape = _prelu_weight(op, weight, like, p["axis"])
+        w_dtype = w_arg.dtype
+        args += [w_arg, w_ind]
+    names = tuple(arrays)
+    if direction != "param_grad":
+        fn = functools.partial(_chunk, op, direction, names, p, backend, prefs)
+        return da.blockwise(fn, ind, *args, dtype=like.dtype, meta=like._meta, token=f"multiact-{op}-{direction}")
+    fn = functools.partial(_partial, op, p, backend, prefs)
+    keep = {axis} if axis is not None else set()
+    partials = da.blockwise(
+        fn, ind, *args, dtype=np.float64, meta=np.empty((0,) * like.ndim, np.float64),
+        adjust_chunks={i: _one for i in ind if i not in keep}, token=f"multiact-{op}-{direction}",
+    )
+    if op == "prelu":
+        other = tuple(i for i in ind if i not in keep)
+        total = partials.sum(axis=other, dtype=np.float64)
+        return total.reshape(w_shape).astype(w_dtype)
+    return partials.sum(dtype=np.float64).astype(like.dtype)
+
+
+def _one(_: int) -> int:
+    return 1
+
+
+def _check(op: str, arrays: dict[str, da.Array]) -> None:
+    """What a plain call checks, done now rather than when a chunk first runs."""
+    ref_name, ref = next(iter(arrays.items()))
+    for n, a in arrays.items():
+        if a.dtype.name not in _FLOATS:
+            raise TypeError(f"{op}(): {n} must have a float16, float32 or float64 dtype, got {a.dtype}")
+        if a.dtype != ref.dtype:
+            raise TypeError(f"{op}(): {n} has dtype {a.dtype} but {ref_name} has {ref.dtype}; they must match")
+        known = not any(math.isnan(s) for s in (*a.shape, *ref.shape))
+        if known and a.shape != ref.shape:
+            raise ValueError(f"{op}(): {n} has shape {a.shape} but {ref_name} has {ref.shape}; they must match")
+
+
+def _prelu_weight(op: str, w: Any, x: da.Array, axis: int) -> tuple[Any, tuple | None, int | None, tuple]:
+    """prelu's weight as a blockwise argument: (array, its index, channel axis or None, the weight's shape).
+
+    A single weight goes to every chunk; one per channel is a Dask array chunked like x's channel axis.
+    """
+    if not isinstance(w, da.Array):
+        w = _arrays.as_host_array(w, f"{op}(): weight")
+    elif w.dtype.name not in _FLOATS:
+        raise TypeError(f"{op}(): weight must have a float16, float32 or float64 dtype, got {w.dtype}")
+    axis = dispatch.prelu_axis(op, x.shape, w.shape, axis)
+    if axis is None:
+        return (w, None, None, w.shape) if isinstance(w, np.ndarray) else (w.reshape(()), (), None, w.shape)
+    if not isinstance(w, da.Array):
+        w = da.from_array(w, chunks=(x.chunks[axis],))
+    return w, (axis,), axis, w.shape
+
+
+@contextlib.contextmanager
+def _preferences(prefs: tuple[tuple[str, bool], ...]) -> Iterator[None]:
+    """Re-enter the caller's ma.use(...) scopes where the chunk runs (another thread or process)."""
+    if not prefs:
+        yield
+        return
+    with contextlib.ExitStack() as stack:
+        for name, only in prefs:
+            stack.enter_context(registry.use(name, only=only))
+        yield
+
+
+def _chunk(op: str, direction: str, names: tuple[str, ...], p: dict, backend: str | None, prefs: tuple,
+           *blocks: Any) -> Any:
+    """One chunk of a forward or backward: a plain dispatched call."""
+    named = dict(zip(names, blocks[: len(names)], strict=True))
+    if len(blocks) > len(names):
+        p = {**p, "weight": _like(blocks[-1], blocks[0])}
+    with _preferences(prefs):
+        return dispatch.call(OPS[op], direction, named, p, None, backend)
+
+
+def _partial(op: str, p: dict, backend: str | None, prefs: tuple, dy: Any, x: Any, w: Any = None) -> np.ndarray:
+    """One chunk's parameter gradient in float64, shaped as its block of the partials array.
+
+    A plain call rounds the sum to x's dtype; here that would round every chunk's
+    partial (and overflow float16), so host chunks call the kernel directly.
+    """
+    spec = OPS[op]
+    pp = dict(p)
+    if w is not None:
+        pp["weight"] = _like(w, x)
+    shape = (1,) * x.ndim
+    with _preferences(prefs):
+        if dispatch._kind(x) == "numpy":
+            arrs = dispatch._host(op, {"dy": dy, "x": x})
+            hx = arrs["x"]
+            if op == "prelu":
+                pp, _ = dispatch._weight(spec, pp, hx)
+                shape = pp["weight"].shape
+            mod, kernel = registry.resolve(op, "param_grad", hx.dtype.name, "numpy", backend)
+            value = dispatch._run(mod, kernel, spec, "param_grad", hx.dtype.name, (arrs["dy"], hx), pp)
+        else:
+            value = dispatch.call(spec, "param_grad", {"dy": dy, "x": x}, pp, None, backend)
+            if op == "prelu" and pp["weight"].size > 1:
+                shape = tuple(pp["weight"].size if i == p["axis"] % x.ndim else 1 for i in range(x.ndim))
+    return _to_host(value).astype(np.float64).reshape(shape)
+
+
+def _like(w: Any, x: Any) -> Any:
+    """prelu's weight block on x's device: a NumPy weight meets a CuPy chunk as a CuPy array."""
+    if isinstance(w, np.ndarray) and not isinstance(x, np.ndarray) and hasattr(x, "__cuda_array_interface__"):
+        import sys
+
+        xp = sys.modules.get(type(x).__module__.split(".")[0])
+        if xp is not None and hasattr(xp, "asarray"):
+            return xp.asarray(w)
+    return w
+
+
+def _to_host(value: Any) -> np.ndarray:
+    """A backend's parameter-gradient value (float, NumPy, CuPy, tensor) as a NumPy array."""
+    if isinstance(value, np.ndarray | np.generic | float | int):
+        return np.asarray(value)
+    if hasattr(value, "get") and hasattr(value, "__cuda_array_interface__"):  # CuPy
+        return np.asarray(value.get())
+    if hasattr(value, "detach"):  # a torch tensor
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
