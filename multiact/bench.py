@@ -174,6 +174,7 @@ def time_interleaved(fns: Sequence[Callable[[], Any]], samples: int = 7, sample_
         one = max(one, 1e-8)
         calls.append((max(1, round(sample_s / one)), one))
         # A call of half a second or more: its warm-up is within noise of a timed call; keep it as a sample.
+        # (Rounds then skip it once it has enough samples: 3, or 2 for calls of a second or more.)
         pre.append([one] if one >= 0.5 else [])
     per_round = sum(n * one for n, one in calls)
     rounds = max(3, min(samples, int(budget_s / max(per_round, 1e-9))))
@@ -181,8 +182,8 @@ def time_interleaved(fns: Sequence[Callable[[], Any]], samples: int = 7, sample_
     for r in range(rounds):
         for j in range(len(fns)):
             i = (j + r) % len(fns)
-            if r == rounds - 1 and len(out[i]) >= rounds:
-                continue
+            if len(out[i]) >= (2 if calls[i][1] >= 1.0 else rounds):
+                continue  # a call of a second or more: two samples say enough, and keep the run short
             f, n = fns[i], calls[i][0]
             t0 = time.perf_counter()
             for _ in range(n):
