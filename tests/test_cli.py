@@ -102,7 +102,7 @@ def _broken_sigmoid(monkeypatch):
         return wrong
 
     monkeypatch.setattr(mod, "kernel", kernel)
-    registry._kernels.clear()
+    registry.clear_cache()
 
 
 def test_check_fails_clearly_on_a_wrong_kernel(capsys, tmp_path, monkeypatch):
@@ -113,7 +113,7 @@ def test_check_fails_clearly_on_a_wrong_kernel(capsys, tmp_path, monkeypatch):
             rc, out, _ = run(capsys, "check", "--backend", "numpy", "--op", "sigmoid,tanh", "--dtype", "float32",
                              "--json", str(path), "--no-progress")
     finally:
-        registry._kernels.clear()
+        registry.clear_cache()
     assert rc == 1
     assert "FAILED" in out and "FAIL (1)" in out
     assert "numpy sigmoid[defaults] forward float32" in out
@@ -295,6 +295,35 @@ def test_bench_rejects_bad_arguments(capsys):
     assert rc == 2 and "unknown peer 'tensorflow'" in err
     rc, _, err = run(capsys, "bench", "--size", "0")
     assert rc == 2 and "bad size" in err
+
+
+def test_bench_first_call_compilation_is_not_timed(monkeypatch):
+    """A backend whose first call is slow (a JIT compiling) is warmed up on a small array first."""
+    import time
+
+    mod = registry.module("numpy")
+    real, first = mod.kernel, []
+
+    def kernel(op, direction, dtype):
+        k = real(op, direction, dtype)
+
+        def slow_once(*args):
+            if not first:
+                first.append(1)
+                time.sleep(0.6)
+            return k(*args)
+
+        return slow_once
+
+    monkeypatch.setattr(mod, "kernel", kernel)
+    registry.clear_cache()
+    try:
+        res = bench.run([bench.parse_op("relu")], sizes=[1024], directions=["forward"], peers=[],
+                        backends=["numpy"], samples=3, budget_s=0.2)
+    finally:
+        registry.clear_cache()
+    (row,) = [r for r in res["rows"] if r.kind == "backend"]
+    assert first and max(row.samples) < 0.3
 
 
 def test_bench_restores_thread_setting():
