@@ -1,0 +1,85 @@
+"""Plain-text tables and an optional progress bar for the command-line tools.
+
+tqdm is optional: without it (or with progress off) a line of text every few
+seconds says how far a long run has got, on stderr so that stdout stays clean.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TextIO, TypeVar
+
+T = TypeVar("T")
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str], align: str | None = None) -> str:
+    """A fixed-width table; `align` has one 'l' or 'r' per column (default: text left, numbers right)."""
+    cells = [[str(c) for c in header]] + [["" if c is None else str(c) for c in r] for r in rows]
+    width = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    if align is None:
+        align = "".join(
+            "r" if rows and all(isinstance(r[i], (int, float)) or _numeric(str(r[i])) for r in rows) else "l"
+            for i in range(len(header))
+        )
+
+    def line(r: list[str]) -> str:
+        parts = (c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(r, width, align, strict=True))
+        return "  ".join(parts).rstrip()
+
+    rule = "  ".join("-" * w for w in width)
+    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def _numeric(s: str) -> bool:
+    s = s.strip().rstrip("x%")
+    if s in ("", "-", "inf", "nan"):
+        return True
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
+
+
+def progress(
+    items: Iterable[T], total: int, desc: str, enabled: bool = True, stream: TextIO | None = None
+) -> Iterator[T]:
+    """Iterate `items` with a progress bar (tqdm when installed, else a text line every ~5 s)."""
+    stream = stream or sys.stderr
+    if not enabled:
+        yield from items
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is not None:
+        with tqdm(total=total, desc=desc, file=stream, leave=False, dynamic_ncols=True) as bar:
+            for item in items:
+                yield item
+                bar.update(1)
+        return
+    start = last = time.monotonic()
+    for i, item in enumerate(items, 1):
+        yield item
+        now = time.monotonic()
+        if now - last > 5 or i == total:
+            print(f"{desc}: {i}/{total} ({now - start:.0f} s)", file=stream, flush=True)
+            last = now
+
+
+def fmt(v: float | None, digits: int = 3) -> str:
+    """A number in a few significant digits; '-' for missing."""
+    if v is None:
+        return "-"
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    if v == 0:
+        return "0"
+    if abs(v) >= 10 ** digits:
+        return f"{v:.0f}"
+    return f"{v:.{digits}g}"

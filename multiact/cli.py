@@ -1,0 +1,378 @@
+"""The `multiact` command: `info`, `check`, `bench` and `demo`.
+
+    multiact info [--json]                    what this machine offers: CPU, SIMD, backends, versions
+    multiact check [--backend B] [--op OP]    every backend against the float64 reference and each other
+    multiact bench [--op relu,gelu] ...       backends and peers (PyTorch, ONNX Runtime, NumPy) side by side
+    multiact demo                             a few ops on 1M floats with the best backend here
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ._report import fmt, progress, table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script and of `python -m multiact`; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except (ValueError, TypeError) as e:  # bad names or values on the command line
+        print(f"multiact {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `multiact bench | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _many(values: list[list[str]] | None) -> list[str] | None:
+    """`--op a,b --op c` -> [a, b, c]; None when not given."""
+    return None if not values else [v for group in values for v in group]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="multiact", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", metavar="{info,check,bench,demo}")
+
+    info = sub.add_parser("info", help="CPU, SIMD features, backends and why, library versions, threads")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    info.set_defaults(func=cmd_info)
+
+    check = sub.add_parser("check", help="run the consistency suite on this machine's backends")
+    check.add_argument("--backend", action="append", type=_csv, metavar="B[,B]",
+                       help="backends (default: all available)")
+    check.add_argument("--op", action="append", type=_csv, metavar="OP[,OP]", help="ops (default: all)")
+    check.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]", help="float16, float32, float64")
+    check.add_argument("--json", metavar="FILE", help="write the full report as JSON to FILE ('-': stdout)")
+    check.add_argument("--full", action="store_true", help="one table row per op, case, direction and dtype")
+    check.add_argument("--no-progress", action="store_true", help="no progress bar")
+    check.set_defaults(func=cmd_check)
+
+    bench = sub.add_parser("bench", help="time backends and peers side by side")
+    bench.add_argument("--op", action="append", type=_csv, metavar="OP[,OP]",
+                       help="ops, optionally with parameters: gelu:approximate=tanh (default: common ops)")
+    bench.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]", help="default float32")
+    bench.add_argument("--size", action="append", type=_csv, metavar="N[,N]", help="elements; K=1024, M=1024^2 "
+                       "(default 1K,64K,1M,16M)")
+    bench.add_argument("--threads", action="append", type=_csv, metavar="T[,T]",
+                       help="thread counts (default: multiact.get_num_threads())")
+    bench.add_argument("--direction", action="append", type=_csv, metavar="D[,D]",
+                       help="forward, backward (default both)")
+    bench.add_argument("--backend", action="append", type=_csv, metavar="B[,B]",
+                       help="backends (default: every available one for NumPy arrays)")
+    bench.add_argument("--peers", action="append", type=_csv, metavar="P[,P]",
+                       help="torch, onnxruntime, numpy, or none (default: all three)")
+    bench.add_argument("--out", action="store_true", help="also time calls into a preallocated out=")
+    bench.add_argument("--samples", type=int, default=7, help="timed samples per implementation (default 7)")
+    bench.add_argument("--wide", action="store_true",
+                       help="one row per case, one ns/element column per implementation (for a README)")
+    bench.add_argument("--json", metavar="FILE", help="write every sample and the machine description as JSON")
+    bench.add_argument("--plot", metavar="FILE.png", help="plot GB/s against size, one panel per op")
+    bench.add_argument("--load", metavar="FILE", help="show (and --plot) a run saved with --json instead of timing")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.set_defaults(func=cmd_bench)
+
+    demo = sub.add_parser("demo", help="a few ops forward and backward on 1M float32 values")
+    demo.add_argument("--size", default="1M", help="elements (default 1M)")
+    demo.set_defaults(func=cmd_demo)
+    return p
+
+
+# ---- info -----------------------------------------------------------------------
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from . import sysinfo
+
+    info = sysinfo.collect()
+    print(json.dumps(info, indent=2) if args.json else sysinfo.render(info))
+    return 0
+
+
+# ---- check ----------------------------------------------------------------------
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from . import selfcheck
+
+    stream = sys.stderr if args.json == "-" else sys.stdout
+    bar = None if args.no_progress else (lambda it, n: progress(it, n, "multiact check"))
+    report = selfcheck.run(_many(args.backend), _many(args.op), _many(args.dtype), progress=bar)
+    print(render_check(report, full=args.full), file=stream)
+    if args.json:
+        _write_json(args.json, selfcheck.as_json(report))
+    return 0 if report["passed"] else 1
+
+
+def render_check(report: dict[str, Any], full: bool = False) -> str:
+    """Summary table (worst ULP per dtype for each backend and op case), then every failure in detail."""
+    rows = report["rows"]
+    lines = []
+    for name, why in report["skipped_backends"].items():
+        lines.append(f"{name}: skipped ({why})")
+    if not report["backends"]:
+        lines.append("no backend to check")
+        return "\n".join(lines)
+    dtypes = sorted({r.dtype for r in rows}, key=lambda d: int(d[5:]))
+    out: list[list[Any]] = []
+    if full:
+        for r in rows:
+            vs = max(r.vs.values(), default=None)
+            out.append([r.backend, f"{r.op}[{r.case}]", r.direction, r.dtype, _status(r), fmt(r.tol_used, 2),
+                        fmt(r.max_ulp), fmt(r.max_abs), fmt(vs, 2), ",".join(r.bad_kinds)])
+        lines.append(table(out, ["backend", "op", "direction", "dtype", "result", "err/tol", "max ulp", "max abs",
+                                 "vs others (err/tol)", "bad values"], "lllllrrrrl"))
+    else:
+        groups: dict[tuple[str, str], list] = {}
+        for r in rows:
+            groups.setdefault((r.backend, f"{r.op}[{r.case}]"), []).append(r)
+        for (backend, opcase), rs in groups.items():
+            per_dt = []
+            for dt in dtypes:
+                got = [r.tol_used for r in rs if r.dtype == dt and r.tol_used is not None]
+                per_dt.append(fmt(max(got), 2) if got else "-")
+            vs = max((v for r in rs for v in r.vs.values()), default=None)
+            n_fail, n_err = sum(r.status == "FAIL" for r in rs), sum(r.status == "error" for r in rs)
+            status = " ".join([f"FAIL ({n_fail})"] * bool(n_fail) + [f"error ({n_err})"] * bool(n_err)) or "ok"
+            if all(r.status == "unsupported" for r in rs):
+                status = "unsupported"
+            out.append([backend, opcase, *per_dt, fmt(vs, 2), status])
+        lines.append(table(out, ["backend", "op", *(f"{d} err/tol" for d in dtypes), "vs others", "result"],
+                           "ll" + "r" * len(dtypes) + "rl"))
+        lines.append("err/tol: worst error over the op's tolerance (<= 1 passes) in any direction; vs others: the same "
+                     "with another\nbackend's result on the same inputs as the reference. "
+                     "ULP and absolute errors per row: --full or --json.")
+    failed = [r for r in rows if r.failed]
+    if failed:
+        lines += ["", f"{len(failed)} failure(s):"]
+        errors: dict[tuple[str, str], list] = {}
+        for r in failed:
+            if r.status == "error":  # one line per distinct error
+                errors.setdefault((r.backend, r.error), []).append(r)
+                continue
+            lines.append(f"- {r.backend} {r.op}[{r.case}] {r.direction} {r.dtype}: {r.n_bad} bad values, "
+                         f"{fmt(r.tol_used, 2)} x tolerance, max {fmt(r.max_ulp)} ulp / {fmt(r.max_abs)} abs; "
+                         f"failing inputs: {', '.join(r.bad_kinds)}")
+            for x, g, w in r.bad[:4]:
+                lines.append(f"    x={x!r}: got {g!r}, want {w!r}")
+        for (backend, err), rs in errors.items():
+            where = ", ".join(f"{r.op}[{r.case}] {r.direction} {r.dtype}" for r in rs[:3])
+            more = f" and {len(rs) - 3} more" if len(rs) > 3 else ""
+            lines.append(f"- {backend}: error in {where}{more}: {err}")
+    n = {s: sum(r.status == s for r in rows) for s in ("pass", "FAIL", "error", "unsupported")}
+    lines += ["", f"{'PASSED' if report['passed'] else 'FAILED'}: {n['pass']} passed, {n['FAIL']} failed, "
+                  f"{n['error']} errors, {n['unsupported']} unsupported (registry falls through) "
+                  f"on {', '.join(report['backends'])}"]
+    return "\n".join(lines)
+
+
+def _status(r: Any) -> str:
+    return {"pass": "ok"}.get(r.status, r.status)
+
+
+def _write_json(dest: str, data: Any) -> None:
+    text = json.dumps(data, indent=1, default=str)
+    if dest == "-":
+        print(text)
+    else:
+        with open(dest, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+
+
+# ---- bench ----------------------------------------------------------------------
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from . import bench, peers, sysinfo
+
+    if args.load and args.plot and importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("--plot needs matplotlib: pip install 'multiact[bench]'")
+    if args.load:
+        with open(args.load, encoding="utf-8") as f:
+            saved = json.load(f)
+        res = {**saved, "rows": [bench.Row.from_dict(r) for r in saved["rows"]]}
+        print(render_bench_wide(res) if args.wide else render_bench(res))
+        meta = saved.get("meta", {})
+        print(f"\nsaved {meta.get('date', '?')} on {meta.get('cpu', {}).get('model', '?')}, "
+              f"load average before {meta.get('load_before')}")
+        if args.plot:
+            load = meta.get("load_before")
+            bench.plot(res["rows"], args.plot, note=f", load {load[0]:.1f}" if load else "")
+            print(f"plot written to {args.plot}")
+        return 0
+    ops = [bench.parse_op(o) for o in (_many(args.op) or bench.DEFAULT_OPS)]
+    sizes = [bench.parse_size(s) for s in _many(args.size) or []] or list(bench.DEFAULT_SIZES)
+    threads = [int(t) for t in _many(args.threads) or []] or None
+    if threads and min(threads) < 1:
+        raise ValueError("--threads must be positive")
+    dtypes = _many(args.dtype) or ["float32"]
+    for dt in dtypes:
+        if dt not in ("float16", "float32", "float64"):
+            raise ValueError(f"unknown dtype {dt!r}; valid dtypes: float16, float32, float64")
+    directions = _many(args.direction) or ["forward", "backward"]
+    for d in directions:
+        if d not in ("forward", "backward"):
+            raise ValueError(f"unknown direction {d!r}; valid: forward, backward")
+    peer_names = _many(args.peers)
+    peer_names = list(peers.PEERS) if peer_names is None else [p for p in peer_names if p != "none"]
+    for p in peer_names:
+        peers.available(p)  # unknown names raise
+    modes = ("alloc", "out") if args.out else ("alloc",)
+    if args.plot and importlib.util.find_spec("matplotlib") is None:  # say so before the run, not after
+        raise ValueError("--plot needs matplotlib: pip install 'multiact[bench]'")
+    bar = None if args.no_progress else (lambda it, n: progress(it, n, "multiact bench"))
+    load_before = sysinfo.cpu().get("load_average")
+    t0 = time.perf_counter()
+    res = bench.run(ops, dtypes, sizes, threads, directions, _many(args.backend), peer_names, modes,
+                    samples=args.samples, progress=bar)
+    wall = time.perf_counter() - t0
+    print(render_bench_wide(res) if args.wide else render_bench(res))
+    print(f"\n{len(res['rows'])} timings in {wall:.0f} s; load average before {load_before}, "
+          f"after {sysinfo.cpu().get('load_average')}")
+    if args.json:
+        meta = {"cpu": sysinfo.cpu(), "libraries": sysinfo.library_versions(), "argv": sys.argv[1:],
+                "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "wall_s": wall, "load_before": load_before}
+        _write_json(args.json, {"meta": meta, "rows": [r.as_dict() for r in res["rows"]],
+                                "skipped": res["skipped"], "skipped_backends": res["skipped_backends"],
+                                "missing_peers": res["missing_peers"]})
+    if args.plot:
+        bench.plot(res["rows"], args.plot, note=f", load {load_before[0]:.1f}" if load_before else "")
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def render_bench(res: dict[str, Any]) -> str:
+    """The results table, what was not timed and why."""
+    from .bench import display_name, size_label
+
+    lines = []
+    for p, why in res["missing_peers"].items():
+        lines.append(f"peer {p}: missing, {why}")
+    for b, why in res["skipped_backends"].items():
+        lines.append(f"backend {b}: skipped, {why}")
+    seen = set()
+    for s in res["skipped"]:
+        key = (s["impl"], s["why"])
+        if key not in seen:
+            seen.add(key)
+            lines.append(f"{s['impl']}: {s['why']}")
+    out = []
+    for r in res["rows"]:
+        impl = display_name(r) + (" *" if r.note else "")
+        direction = {"forward": "fwd", "backward": "bwd"}[r.direction]
+        out.append([r.op, direction, r.dtype, size_label(r.size), r.threads, r.mode, impl,
+                    fmt(r.median_s * 1e6), fmt(r.ns_per_element), fmt(r.gb_per_s), fmt(r.vs_copy, 2),
+                    f"{r.spread * 100:.0f}%", "" if r.speedup is None else f"{r.speedup:.2f}x"])
+    if lines:
+        lines.append("")
+    lines.append(table(out, ["op", "dir", "dtype", "size", "thr", "mode", "impl", "us/call", "ns/elem", "GB/s",
+                             "x copy", "IQR", "vs best peer"], "llllrllrrrrrr"))
+    notes = sorted({f"{display_name(r)} *: {r.note}" for r in res["rows"] if r.note})
+    lines.append("ma:B = multiact backend B; copy = np.copyto of the same bytes (the bandwidth limit); x copy: time "
+                 "over the copy's;\nIQR: interquartile range over the median; vs best peer: the fastest peer's time "
+                 "over the backend's (same mode).")
+    lines += notes
+    return "\n".join(lines)
+
+
+def render_bench_wide(res: dict[str, Any]) -> str:
+    """ns/element per implementation side by side, one row per (op, direction, dtype, size, threads, mode)."""
+    from .bench import display_name, size_label
+
+    rows = res["rows"]
+    impls = list(dict.fromkeys(display_name(r) for r in rows if r.kind != "baseline"))
+    copies = {(r.op, r.direction, r.dtype, r.size, r.threads): r for r in rows if r.kind == "baseline"}
+    cases: dict[tuple, dict[str, Any]] = {}
+    for r in rows:
+        if r.kind != "baseline":
+            cases.setdefault((r.op, r.direction, r.dtype, r.size, r.threads, r.mode), {})[display_name(r)] = r
+    out = []
+    for (op, direction, dtype, size, threads, mode), d in cases.items():
+        backs = [r for r in d.values() if r.kind == "backend"]
+        peers_ = [r for r in d.values() if r.kind == "peer"]
+        ratio = ""
+        if backs and peers_:
+            ratio = f"{min(p.median_s for p in peers_) / min(b.median_s for b in backs):.2f}x"
+        copy = copies.get((op, direction, dtype, size, threads))
+        out.append([op, {"forward": "fwd", "backward": "bwd"}[direction], dtype, size_label(size), threads, mode,
+                    *(fmt(d[i].ns_per_element) if i in d else "-" for i in impls),
+                    fmt(copy.ns_per_element) if copy else "-", ratio])
+    head = ["op", "dir", "dtype", "size", "thr", "mode", *impls, "copy", "best ma vs best peer"]
+    return (table(out, head, "llllrl" + "r" * (len(impls) + 2))
+            + "\nns per element, median of interleaved samples (lower is better); copy: np.copyto of the same "
+              "bytes;\nlast column: the best peer's time over the best multiact backend's (above 1: multiact faster).")
+
+
+# ---- demo -----------------------------------------------------------------------
+
+DEMO_OPS = ("relu", "gelu", "silu", "sigmoid", "tanh")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    import multiact as ma
+
+    from . import consistency as C
+    from . import registry
+    from .bench import parse_size
+    from .ops import OPS
+
+    n = parse_size(args.size)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(n, dtype=np.float32) * 3).astype(np.float32)
+    dy = rng.standard_normal(n, dtype=np.float32)
+    print(f"multiact {ma.__version__}: {len(OPS)} ops; backends here: "
+          + ", ".join(b.name for b in ma.backends() if b.available))
+    print(f"{n:,} float32 values in N(0, 9), threads={ma.get_num_threads()}; error against the float64 reference; "
+          "best of 3 times\n")
+    rows = []
+    for op in DEMO_OPS:
+        spec = OPS[op]
+        for direction in ("forward", "backward"):
+            mod, _ = registry.select(op, direction, "float32", "numpy")
+            fwd, bwd = getattr(ma, op), getattr(ma, f"{op}_grad")
+            call = (lambda f=fwd: f(x)) if direction == "forward" else (lambda g=bwd: g(dy, x))
+            got = call()
+            best = min(_timed(call) for _ in range(3))
+            with np.errstate(all="ignore"):
+                if direction == "forward":
+                    v = C.compare(got, C.reference(spec, direction, {}, np.float32, x), x, spec, direction)
+                else:
+                    ref = C.reference(spec, direction, {}, np.float32, dy, x)
+                    v = C.compare(got, ref, x, spec, direction, scale=dy)
+            streams = 2 if direction == "forward" else 3
+            rows.append([op, direction, mod.NAME, fmt(v.max_abs, 2), "ok" if v.passed else "FAIL",
+                         f"{best * 1e3:.2f}", fmt(best / n * 1e9, 2), fmt(streams * 4 * n / best / 1e9, 2)])
+    print(table(rows, ["op", "direction", "backend", "max abs error", "within tolerance", "ms", "ns/elem", "GB/s"],
+                "lllrlrrr"))
+    print("\nmultiact info: what this machine offers; multiact check: every backend held to the reference; "
+          "multiact bench: against PyTorch, ONNX Runtime and NumPy")
+    return 0 if all(r[4] == "ok" for r in rows) else 1
+
+
+def _timed(f: Any) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

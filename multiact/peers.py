@@ -1,0 +1,374 @@
+"""What multiact is compared with: the same activation in PyTorch (CPU), ONNX Runtime and plain NumPy.
+
+One table per peer, keyed by op name: an op a peer does not have says "no peer"
+rather than something approximate.  `make()` binds a peer's op to the caller's
+arrays once (tensors wrap the NumPy memory, sessions and IOBindings are built
+up front), so that a timed call is only the call.  Peers are imported only
+when asked for, and a peer that is not installed is reported as missing.
+
+- torch: `torch.nn.functional` for allocating calls, `torch.ops.aten.<op>.out`
+  and `aten.<op>_backward.grad_input` for the preallocated ones.  sigmoid's and
+  tanh's backward in PyTorch start from the output y, as autograd does.
+- onnxruntime: a one-node ONNX graph per op (opset 20), forward only (its
+  standard package has no gradient kernels); `out=` through IOBinding.
+- numpy: the one-line NumPy formula a user would write, with `out=` on its
+  last ufunc where that is the whole result.  Single-threaded.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+PEERS = ("torch", "onnxruntime", "numpy")
+_find_spec = importlib.util.find_spec  # one place to look (tests pretend a peer is missing here)
+_INSTALL = {"torch": "pip install torch", "onnxruntime": "pip install onnx onnxruntime", "numpy": ""}
+
+
+@dataclass
+class Bound:
+    """An implementation bound to one set of arrays: zero-argument callables to time."""
+
+    name: str
+    alloc: Callable[[], Any] | None  # returns a fresh result
+    into: Callable[[], Any] | None  # writes the preallocated out
+    note: str = ""
+
+
+def available(peer: str) -> tuple[bool, str]:
+    """(installed, reason) without importing the peer."""
+    if peer not in PEERS:
+        raise ValueError(f"unknown peer {peer!r}; valid peers: {', '.join(PEERS)}")
+    mods = {"torch": ("torch",), "onnxruntime": ("onnxruntime", "onnx"), "numpy": ("numpy",)}[peer]
+    missing = [m for m in mods if _find_spec(m) is None]
+    if missing:
+        return False, f"not installed ({', '.join(missing)} missing; {_INSTALL[peer]})"
+    return True, "installed"
+
+
+def covers(peer: str, op: str, direction: str) -> bool:
+    """Whether the peer has this op and direction (independent of params and dtype)."""
+    table = {"torch": _TORCH_OPS, "onnxruntime": _ORT_OPS, "numpy": _NUMPY_FWD}[peer]
+    if peer == "numpy" and direction == "backward":
+        return op in _NUMPY_BWD
+    if peer == "onnxruntime" and direction != "forward":
+        return False
+    return op in table
+
+
+def make(peer: str, op: str, direction: str, params: dict[str, Any], arrays: tuple[np.ndarray, ...],
+         out: np.ndarray, threads: int) -> Bound | str:
+    """The peer's op bound to `arrays` ((x,) or (dy, x)) and `out`, or why there is none."""
+    ok, why = available(peer)
+    if not ok:
+        return why
+    if not covers(peer, op, direction):
+        return f"no peer: {peer} has no {op} {direction}"
+    return {"torch": _torch, "onnxruntime": _ort, "numpy": _numpy}[peer](op, direction, params, arrays, out, threads)
+
+
+# ---- PyTorch ----------------------------------------------------------------
+
+_SELU = (1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
+
+
+def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """op -> {fwd: (alloc(x), into(x, o)), bwd: (alloc(dy, x), into(dy, x, o)), from_y: bool}."""
+    F, A = torch.nn.functional, torch.ops.aten
+    g = p.get
+    a_sel, s_sel = _SELU
+    return {
+        "relu": {"fwd": (F.relu, lambda x, o: A.relu.out(x, out=o)),
+                 "bwd": (lambda d, x: A.threshold_backward(d, x, 0),
+                         lambda d, x, o: A.threshold_backward.grad_input(d, x, 0, grad_input=o))},
+        "relu6": {"fwd": (F.relu6, lambda x, o: A.hardtanh.out(x, 0.0, 6.0, out=o)),
+                  "bwd": (lambda d, x: A.hardtanh_backward(d, x, 0.0, 6.0),
+                          lambda d, x, o: A.hardtanh_backward.grad_input(d, x, 0.0, 6.0, grad_input=o))},
+        "leaky_relu": {
+            "fwd": (lambda x: F.leaky_relu(x, g("negative_slope")),
+                    lambda x, o: A.leaky_relu.out(x, g("negative_slope"), out=o)),
+            "bwd": (lambda d, x: A.leaky_relu_backward(d, x, g("negative_slope"), False),
+                    lambda d, x, o: A.leaky_relu_backward.grad_input(d, x, g("negative_slope"), False, grad_input=o))},
+        "elu": {"fwd": (lambda x: F.elu(x, g("alpha")), lambda x, o: A.elu.out(x, g("alpha"), 1, 1, out=o)),
+                "bwd": (lambda d, x: A.elu_backward(d, g("alpha"), 1, 1, False, x),
+                        lambda d, x, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1, False, x, grad_input=o))},
+        "selu": {"fwd": (F.selu, lambda x, o: A.elu.out(x, a_sel, s_sel, 1, out=o)),
+                 "bwd": (lambda d, x: A.elu_backward(d, a_sel, s_sel, 1, False, x),
+                         lambda d, x, o: A.elu_backward.grad_input(d, a_sel, s_sel, 1, False, x, grad_input=o))},
+        "celu": {"fwd": (lambda x: F.celu(x, g("alpha")), lambda x, o: A.celu.out(x, g("alpha"), out=o)),
+                 "bwd": (lambda d, x: A.elu_backward(d, g("alpha"), 1, 1 / g("alpha", 1.0), False, x),
+                         lambda d, x, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1 / g("alpha", 1.0), False, x,
+                                                                   grad_input=o))},
+        "gelu": {"fwd": (lambda x: F.gelu(x, approximate=g("approximate")),
+                         lambda x, o: A.gelu.out(x, approximate=g("approximate"), out=o)),
+                 "bwd": (lambda d, x: A.gelu_backward(d, x, approximate=g("approximate")),
+                         lambda d, x, o: A.gelu_backward.grad_input(d, x, approximate=g("approximate"), grad_input=o))},
+        "silu": {"fwd": (F.silu, lambda x, o: A.silu.out(x, out=o)),
+                 "bwd": (A.silu_backward, lambda d, x, o: A.silu_backward.grad_input(d, x, grad_input=o))},
+        "hardswish": {"fwd": (F.hardswish, lambda x, o: A.hardswish.out(x, out=o)),
+                      "bwd": (A.hardswish_backward, lambda d, x, o: A.hardswish_backward.out(d, x, out=o))},
+        "hardsigmoid": {"fwd": (F.hardsigmoid, lambda x, o: A.hardsigmoid.out(x, out=o)),
+                        "bwd": (A.hardsigmoid_backward,
+                                lambda d, x, o: A.hardsigmoid_backward.grad_input(d, x, grad_input=o))},
+        "sigmoid": {"fwd": (torch.sigmoid, lambda x, o: A.sigmoid.out(x, out=o)), "from_y": True,
+                    "bwd": (A.sigmoid_backward, lambda d, y, o: A.sigmoid_backward.grad_input(d, y, grad_input=o))},
+        "tanh": {"fwd": (torch.tanh, lambda x, o: A.tanh.out(x, out=o)), "from_y": True,
+                 "bwd": (A.tanh_backward, lambda d, y, o: A.tanh_backward.grad_input(d, y, grad_input=o))},
+        "logsigmoid": {"fwd": (F.logsigmoid, lambda x, o: A.log_sigmoid.out(x, out=o))},
+        "hardtanh": {"fwd": (lambda x: F.hardtanh(x, g("min_val"), g("max_val")),
+                             lambda x, o: A.hardtanh.out(x, g("min_val"), g("max_val"), out=o)),
+                     "bwd": (lambda d, x: A.hardtanh_backward(d, x, g("min_val"), g("max_val")),
+                             lambda d, x, o: A.hardtanh_backward.grad_input(d, x, g("min_val"), g("max_val"),
+                                                                            grad_input=o))},
+        "softplus": {"fwd": (lambda x: F.softplus(x, g("beta"), g("threshold")),
+                             lambda x, o: A.softplus.out(x, g("beta"), g("threshold"), out=o)),
+                     "bwd": (lambda d, x: A.softplus_backward(d, x, g("beta"), g("threshold")),
+                             lambda d, x, o: A.softplus_backward.grad_input(d, x, g("beta"), g("threshold"),
+                                                                            grad_input=o))},
+        "softsign": {"fwd": (F.softsign, None)},
+        "mish": {"fwd": (F.mish, lambda x, o: A.mish.out(x, out=o)), "bwd": (A.mish_backward, None)},
+        "softshrink": {"fwd": (lambda x: F.softshrink(x, g("lambd")),
+                               lambda x, o: A.softshrink.out(x, g("lambd"), out=o)),
+                       "bwd": (lambda d, x: A.softshrink_backward(d, x, g("lambd")),
+                               lambda d, x, o: A.softshrink_backward.grad_input(d, x, g("lambd"), grad_input=o))},
+        "hardshrink": {"fwd": (lambda x: F.hardshrink(x, g("lambd")),
+                               lambda x, o: A.hardshrink.out(x, g("lambd"), out=o)),
+                       "bwd": (lambda d, x: A.hardshrink_backward(d, x, g("lambd")),
+                               lambda d, x, o: A.hardshrink_backward.grad_input(d, x, g("lambd"), grad_input=o))},
+        "tanhshrink": {"fwd": (F.tanhshrink, None)},
+        "threshold": {"fwd": (lambda x: F.threshold(x, g("threshold"), g("value")),
+                              lambda x, o: A.threshold.out(x, g("threshold"), g("value"), out=o)),
+                      "bwd": (lambda d, x: A.threshold_backward(d, x, g("threshold")),
+                              lambda d, x, o: A.threshold_backward.grad_input(d, x, g("threshold"), grad_input=o))},
+    }
+
+
+_TORCH_OPS = {
+    "relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "silu", "hardswish", "hardsigmoid", "sigmoid",
+    "tanh", "logsigmoid", "hardtanh", "softplus", "softsign", "mish", "softshrink", "hardshrink", "tanhshrink",
+    "threshold",
+}
+
+
+def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
+    import torch
+
+    torch.set_num_threads(threads)
+    entry = _torch_table(torch, params).get(op, {})
+    pair = entry.get("fwd" if direction == "forward" else "bwd")
+    if pair is None:
+        return f"no peer: torch has no {op} {direction} kernel"
+    alloc, into = pair
+    ts = [torch.from_numpy(a) for a in arrays]
+    note = ""
+    if direction == "backward" and entry.get("from_y"):
+        ts[1] = entry["fwd"][0](ts[1])  # autograd saves the output for these
+        note = "backward from y"
+    o = torch.from_numpy(out)
+    try:
+        alloc(*ts)  # reject what this torch build cannot run in this dtype
+        if into is not None:
+            into(*ts, o)
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        return f"no peer: torch {op} {direction} failed in {out.dtype}: {str(e).splitlines()[0]}"
+    return Bound("torch", lambda: alloc(*ts), None if into is None else (lambda: into(*ts, o)), note)
+
+
+# ---- ONNX Runtime -------------------------------------------------------------
+
+def _ort_nodes(op: str, p: dict[str, Any]) -> tuple[list[tuple[str, list[str], dict]], dict[str, float]] | None:
+    """[(op_type, inputs, attributes)] from input "x" to output "y", and scalar initializers; None: no peer."""
+    one = lambda t, **a: ([(t, ["x"], a)], {})  # noqa: E731
+    if op == "relu":
+        return one("Relu")
+    if op == "relu6":
+        return [("Clip", ["x", "lo", "hi"], {})], {"lo": 0.0, "hi": 6.0}
+    if op == "hardtanh":
+        return [("Clip", ["x", "lo", "hi"], {})], {"lo": p["min_val"], "hi": p["max_val"]}
+    if op == "leaky_relu":
+        return one("LeakyRelu", alpha=p["negative_slope"])
+    if op == "elu":
+        return one("Elu", alpha=p["alpha"])
+    if op == "selu":
+        return one("Selu")
+    if op == "celu":
+        return one("Celu", alpha=p["alpha"])
+    if op == "gelu":
+        return one("Gelu", approximate=p["approximate"])
+    if op == "silu":
+        return [("Sigmoid", ["x"], {}), ("Mul", ["x", "t0"], {})], {}
+    if op == "sigmoid":
+        return one("Sigmoid")
+    if op == "tanh":
+        return one("Tanh")
+    if op == "hardswish":
+        return one("HardSwish")
+    if op == "hardsigmoid":
+        return one("HardSigmoid", alpha=1 / 6, beta=0.5)
+    if op == "softplus" and p["beta"] == 1.0:
+        return one("Softplus")
+    if op == "softsign":
+        return one("Softsign")
+    if op == "mish":
+        return one("Mish")
+    if op == "softshrink":
+        return one("Shrink", bias=p["lambd"], lambd=p["lambd"])
+    if op == "hardshrink":
+        return one("Shrink", bias=0.0, lambd=p["lambd"])
+    return None
+
+
+_ORT_OPS = {
+    "relu", "relu6", "hardtanh", "leaky_relu", "elu", "selu", "celu", "gelu", "silu", "sigmoid", "tanh", "hardswish",
+    "hardsigmoid", "softplus", "softsign", "mish", "softshrink", "hardshrink",
+}
+_sessions: dict[tuple, Any] = {}
+
+
+def _ort_session(op: str, params: dict[str, Any], dtype: np.dtype, threads: int) -> Any:
+    key = (op, tuple(sorted(params.items())), dtype.name, threads)
+    if key in _sessions:
+        return _sessions[key]
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    nodes, consts = _ort_nodes(op, params)
+    elem = helper.np_dtype_to_tensor_dtype(dtype)
+    made = []
+    for i, (t, ins, attrs) in enumerate(nodes):
+        outname = "y" if i == len(nodes) - 1 else f"t{i}"
+        made.append(helper.make_node(t, ins, [outname], **attrs))
+    inits = [helper.make_tensor(k, elem, [], [v]) for k, v in consts.items()]
+    graph = helper.make_graph(
+        made, f"multiact_peer_{op}", [helper.make_tensor_value_info("x", elem, ["N"])],
+        [helper.make_tensor_value_info("y", elem, ["N"])], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    onnx.checker.check_model(model)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    # Spinning workers would steal the cores from the implementations timed right after.
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    _sessions[key] = sess
+    return sess
+
+
+def _ort(op, direction, params, arrays, out, threads) -> Bound | str:
+    if _ort_nodes(op, params) is None:
+        return f"no peer: ONNX has no {op} with these parameters"
+    import onnxruntime as ort
+
+    try:
+        sess = _ort_session(op, params, out.dtype, threads)
+    except Exception as e:  # e.g. Celu has no float16 kernel
+        return f"no peer: onnxruntime cannot run {op} in {out.dtype}: {str(e).splitlines()[0][:120]}"
+    (x,) = arrays
+    flat_x, flat_o = x.reshape(-1), out.reshape(-1)
+    binding = sess.io_binding()
+    binding.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(flat_x))
+    binding.bind_ortvalue_output("y", ort.OrtValue.ortvalue_from_numpy(flat_o))
+    feed = {"x": flat_x}
+    return Bound("onnxruntime", lambda: sess.run(["y"], feed)[0], lambda: sess.run_with_iobinding(binding))
+
+
+# ---- NumPy formulas ------------------------------------------------------------
+
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def _erf() -> Callable | None:
+    if importlib.util.find_spec("scipy") is None:
+        return None
+    from scipy.special import erf
+
+    return erf
+
+
+_K, _C = math.sqrt(2 / math.pi), 0.044715
+
+
+def _gelu_fwd(x, p, out=None):
+    if p["approximate"] == "tanh":
+        return np.multiply(0.5 * x, 1 + np.tanh(_K * (x + _C * x**3)), out=out)
+    return np.multiply(0.5 * x, 1 + _erf()(x * (1 / math.sqrt(2))), out=out)
+
+
+def _gelu_bwd(dy, x, p, out=None):
+    if p["approximate"] == "tanh":
+        t = np.tanh(_K * (x + _C * x**3))
+        return np.multiply(dy, 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * _K * (1 + 3 * _C * x * x), out=out)
+    pdf = np.exp(-0.5 * x * x) * (1 / math.sqrt(2 * math.pi))
+    return np.multiply(dy, 0.5 * (1 + _erf()(x * (1 / math.sqrt(2)))) + x * pdf, out=out)
+
+
+# f(x, p, out) -> result; `out` given only where the formula's last ufunc produces the whole result.
+_NUMPY_FWD: dict[str, Callable] = {
+    "relu": lambda x, p, out=None: np.maximum(x, 0, out=out),
+    "relu6": lambda x, p, out=None: np.clip(x, 0, 6, out=out),
+    "leaky_relu": lambda x, p, out=None: np.where(x > 0, x, x * p["negative_slope"]),
+    "elu": lambda x, p, out=None: np.where(x > 0, x, p["alpha"] * np.expm1(x)),
+    "selu": lambda x, p, out=None: _SELU[1] * np.where(x > 0, x, _SELU[0] * np.expm1(x)),
+    "celu": lambda x, p, out=None: np.where(x > 0, x, p["alpha"] * np.expm1(x / p["alpha"])),
+    "gelu": _gelu_fwd,
+    "fast_gelu": lambda x, p, out=None: np.multiply(x, _sig(1.702 * x), out=out),
+    "silu": lambda x, p, out=None: np.multiply(x, 1 / (1 + np.exp(-x)), out=out),
+    "swish": lambda x, p, out=None: np.multiply(x, _sig(p["beta"] * x), out=out),
+    "hardswish": lambda x, p, out=None: np.multiply(x, np.clip(x + 3, 0, 6) / 6, out=out),
+    "hardsigmoid": lambda x, p, out=None: np.clip(x / 6 + 0.5, 0, 1, out=out),
+    "sigmoid": lambda x, p, out=None: np.divide(1, 1 + np.exp(-x), out=out),
+    "logsigmoid": lambda x, p, out=None: np.negative(np.logaddexp(0, -x), out=out),
+    "tanh": lambda x, p, out=None: np.tanh(x, out=out),
+    "hardtanh": lambda x, p, out=None: np.clip(x, p["min_val"], p["max_val"], out=out),
+    "softplus": lambda x, p, out=None: np.where(x * p["beta"] > p["threshold"], x,
+                                                np.log1p(np.exp(x * p["beta"])) / p["beta"]),
+    "softsign": lambda x, p, out=None: np.divide(x, 1 + np.abs(x), out=out),
+    "mish": lambda x, p, out=None: np.multiply(x, np.tanh(np.log1p(np.exp(x))), out=out),
+    "softshrink": lambda x, p, out=None: np.where(x > p["lambd"], x - p["lambd"],
+                                                  np.where(x < -p["lambd"], x + p["lambd"], 0)),
+    "hardshrink": lambda x, p, out=None: np.where(np.abs(x) > p["lambd"], x, 0),
+    "tanhshrink": lambda x, p, out=None: np.subtract(x, np.tanh(x), out=out),
+    "threshold": lambda x, p, out=None: np.where(x > p["threshold"], x, p["value"]),
+}
+
+_NUMPY_BWD: dict[str, Callable] = {
+    "relu": lambda d, x, p, out=None: np.multiply(d, x > 0, out=out),
+    "relu6": lambda d, x, p, out=None: np.multiply(d, (x > 0) & (x < 6), out=out),
+    "leaky_relu": lambda d, x, p, out=None: np.multiply(d, np.where(x > 0, 1, p["negative_slope"]), out=out),
+    "elu": lambda d, x, p, out=None: np.multiply(d, np.where(x > 0, 1, p["alpha"] * np.exp(x)), out=out),
+    "gelu": _gelu_bwd,
+    "silu": lambda d, x, p, out=None: np.multiply(d, _sig(x) * (1 + x * (1 - _sig(x))), out=out),
+    "hardswish": lambda d, x, p, out=None: np.multiply(d, np.where(x < -3, 0, np.where(x > 3, 1, x / 3 + 0.5)),
+                                                       out=out),
+    "hardsigmoid": lambda d, x, p, out=None: np.multiply(d, ((x > -3) & (x < 3)) / 6, out=out),
+    "sigmoid": lambda d, x, p, out=None: np.multiply(d, _sig(x) * (1 - _sig(x)), out=out),
+    "tanh": lambda d, x, p, out=None: np.multiply(d, 1 - np.tanh(x) ** 2, out=out),
+    "hardtanh": lambda d, x, p, out=None: np.multiply(d, (x > p["min_val"]) & (x < p["max_val"]), out=out),
+    "softplus": lambda d, x, p, out=None: np.multiply(d, np.where(x * p["beta"] > p["threshold"], 1,
+                                                                  _sig(x * p["beta"])), out=out),
+    "softsign": lambda d, x, p, out=None: np.divide(d, (1 + np.abs(x)) ** 2, out=out),
+    "mish": lambda d, x, p, out=None: np.multiply(
+        d, np.tanh(np.log1p(np.exp(x))) + x * _sig(x) * (1 - np.tanh(np.log1p(np.exp(x))) ** 2), out=out),
+}
+
+# Formulas whose result comes from np.where: no out= form.
+_NUMPY_NO_OUT = {"leaky_relu", "elu", "selu", "celu", "softplus", "softshrink", "hardshrink", "threshold"}
+
+
+def _numpy(op, direction, params, arrays, out, threads) -> Bound | str:
+    if op == "gelu" and params["approximate"] == "none" and _erf() is None:
+        return "no peer: NumPy has no erf (install scipy for the gelu formula)"
+    fn = (_NUMPY_FWD if direction == "forward" else _NUMPY_BWD)[op]
+    p = dict(params)
+    into = None
+    if direction != "forward" or op not in _NUMPY_NO_OUT:
+        into = lambda: fn(*arrays, p, out=out)  # noqa: E731
+    return Bound("numpy", lambda: fn(*arrays, p), into, "single-threaded formula")
