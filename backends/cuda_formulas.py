@@ -215,7 +215,7 @@ def hardswish(x, a, b):
 
 @_formula(("hardswish", "backward"))
 def hardswish_grad(dy, x, a, b):
-    return keepnan(x, ZERO if x < -THREE else (dy * (x / THREE + HALF) if x <= THREE else dy))
+    return keepnan(x, ZERO if x <= -THREE else (dy * (x / THREE + HALF) if x < THREE else dy))
 
 
 @_formula(("hardsigmoid", "forward"))

@@ -463,7 +463,7 @@ def _formulas(dtype: str) -> dict[tuple[str, str], Callable]:
     @reg("hardswish", "backward")
     def hardswish_grad(dy, x, a, b):
         mid = T(D(dy) * (D(x) / 3.0 + 0.5))
-        return keepnan(x, zero if x < -three else (mid if x <= three else dy))
+        return keepnan(x, zero if x <= -three else (mid if x < three else dy))
 
     @reg("hardsigmoid", "forward")
     def hardsigmoid(x, a, b):

@@ -339,7 +339,7 @@ def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> st
         return g.keepnan(x, g.where(inside, g.div(dy, 6.0), 0.0))
     if op == "hardswish":
         mid = g.mul(dy, g.add(g.div(x, 3.0), 0.5))
-        return g.keepnan(x, g.where(g.lt(x, -3.0), 0.0, g.where(g.le(x, 3.0), mid, dy)))
+        return g.keepnan(x, g.where(g.le(x, -3.0), 0.0, g.where(g.lt(x, 3.0), mid, dy)))
     if op == "elu":
         return g.where(g.gt(x, 0.0), dy, g.mul(dy, g.mul(g.exp(x), p["alpha"])))
     if op == "selu":

@@ -165,7 +165,8 @@ def hardswish(x):
 def hardswish_grad(dy, x):
     three, half = _c(x, 3), _c(x, 0.5)
     mid = dy * (x / three + half)
-    return _keepnan(x, np.where(x < -three, _c(dy, 0), np.where(x <= three, mid, dy)))
+    # PyTorch (2.x): 0 at x = -3 and dy at x = +3, the slopes of the outer pieces
+    return _keepnan(x, np.where(x <= -three, _c(dy, 0), np.where(x < three, mid, dy)))
 
 
 @np.errstate(all="ignore")

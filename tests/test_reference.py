@@ -95,3 +95,25 @@ def test_references_raise_no_floating_point_warnings():
                 p = spec.validate(params)
                 spec.forward(x, **p)
                 spec.backward(np.ones_like(x), x, **p)
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op != "prelu"])
+def test_kink_conventions_are_pytorchs(op):
+    """At each kink (and its float64 neighbours) the reference's derivative is the one PyTorch's autograd uses."""
+    pytest.importorskip("torch")
+    from multiact import peers
+
+    spec = OPS[op]
+    for params in C.param_cases(spec):
+        p = spec.validate(params)
+        ks = np.array(spec.kinks(p) or [0.0], dtype=np.float64)
+        x = np.concatenate([ks, np.nextafter(ks, np.inf), np.nextafter(ks, -np.inf), [-2.5, 0.5, 4.0]])
+        dy = np.linspace(0.5, 1.5, x.size)
+        out = np.empty_like(x)
+        bound = peers.make("torch", op, "backward", p, (dy, x), out, 1)
+        if isinstance(bound, str) or op in ("sigmoid", "tanh"):
+            continue  # no torch peer, or torch's backward starts from y (no kinks there anyway)
+        want = np.asarray(bound.alloc())
+        # Loose enough for torch's own roundings (its float64 hardsigmoid_backward uses a float32 1/6,
+        # its gelu/silu cancel near their zero crossing), tight enough to tell a kink's piece apart.
+        np.testing.assert_allclose(spec.backward(dy, x, **p), want, rtol=1e-7, atol=1e-14, err_msg=f"{op} {params}")

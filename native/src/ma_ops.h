@@ -43,7 +43,7 @@ MA_INLINE V op_hardswish(V x, const ma_params *p) {
 MA_INLINE V op_hardswish_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V mid = dy * (x / VSPLAT(3.0f) + VSPLAT(0.5f));
-    return KEEPNAN(x, VSEL(x < VSPLAT(-3.0f), ZERO, VSEL(x <= VSPLAT(3.0f), mid, dy)));
+    return KEEPNAN(x, VSEL(x <= VSPLAT(-3.0f), ZERO, VSEL(x < VSPLAT(3.0f), mid, dy)));
 }
 MA_INLINE V op_hardsigmoid(V x, const ma_params *p) {
     (void)p;
