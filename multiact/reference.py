@@ -66,7 +66,7 @@ def erfc(z: np.ndarray) -> np.ndarray:
     through a vectorised fit evaluated in float64, then rounded once.
     """
     if z.dtype == np.float64:
-        return _erfc_scalar(z).astype(np.float64)
+        return np.asarray(_erfc_scalar(z), dtype=np.float64)  # (a 0-d input comes back as a float)
     zd = z.astype(np.float64)
     a = np.abs(zd)
     with np.errstate(all="ignore"):

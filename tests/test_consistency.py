@@ -58,7 +58,9 @@ def test_sizes_around_tiles(backend, dtype):
         params = C.param_cases(spec)[0]
         if op == "prelu":
             continue  # its own test, with channels
-        for n in SIZES:
+        # Past 64K elements CPU backends switch to their threaded loops: a few ops cover that path
+        # (it is one loop factory for all ops), so the numba backend compiles it only for those.
+        for n in SIZES if op in ("relu", "gelu", "silu", "mish", "softplus") else SIZES[:-1]:
             x = (rng.standard_normal(n) * 4).astype(dtype)
             dy = rng.standard_normal(n).astype(dtype)
             want = C.reference(spec, "forward", params, dtype, x)
