@@ -6,10 +6,12 @@ launched on the stream the caller works on (torch's current stream; the
 interface's v3 `stream` otherwise), and nothing is copied to the host.
 
 Kernels: one grid-stride loop per (formula, number of inputs, layout, compute
-type), compiled once and cached; the scalar formulas are those of
-`cuda_formulas` (plain Python, compiled with `cuda.jit(device=True)`).
-float16 and float32 data are computed in float32 (a few ops in float64, see
-`cuda_formulas.WIDE`) and rounded once on store.  Contiguous operands run a
+type), compiled once and cached; the scalar formulas are the ones the `numba`
+backend compiles too (`formulas.py`, plain Python), here compiled with
+`cuda.jit(device=True)` against libdevice's math (`math.exp`...); under the
+simulator they run as plain Python on NumPy scalars.  float16 and float32 data
+are computed in float32 (a few ops in float64, see `formulas.WIDE`) and rounded
+once on store.  Contiguous operands run a
 1-D loop; any other layout (strided, transposed, negative strides, broadcast
 prelu weight) runs a loop over up to four coalesced dimensions that indexes a
 flat base array with element strides, so no operand is ever copied.
@@ -36,7 +38,7 @@ import numpy as np
 
 from multiact.ops import OPS as _OPS
 
-from . import cuda_formulas as _F
+from . import formulas as _F
 
 NAME = "cuda"
 PRIORITY = 50
@@ -461,10 +463,13 @@ def _sms() -> int:
 
 @cache
 def _formulas(compute: str):
+    """The shared formulas as device functions: libdevice math on a GPU, NumPy scalars in the simulator."""
     from numba import cuda
 
     t = np.float64 if compute == "float64" else np.float32
-    return _F.build(lambda f: cuda.jit(device=True)(f), t)
+    jit = cuda.jit(device=True)
+    fns = _F.numpy_libm() if _simulating() else _F.math_libm()
+    return _F.build(jit, t, _F.libm(jit, t, fns))
 
 
 def _kernel_source(nin: int, contiguous: bool) -> str:
@@ -676,7 +681,7 @@ def _reduce_source(block: int) -> str:
         "                cuda.atomic.add(acc, where, run)\n"
         "            where = k\n"
         "            run = 0.0\n"
-        "        run += term(dy, x, a)\n"
+        "        run += term(dy, x, a, 0.0)\n"
         "    if ONE_SLOT:\n"  # a single accumulator: reduce the block in shared memory first
         f"        sh = cuda.shared.array({block}, np.float64)\n"
         "        tid = cuda.threadIdx.x\n"
@@ -695,27 +700,11 @@ def _reduce_source(block: int) -> str:
     )
 
 
-def _swish_term(dy, x, beta):
-    xc = BIG if x > BIG else x  # noqa: F821 - bound by _reducer
-    xc = -BIG if xc < -BIG else xc  # noqa: F821
-    s, sn = sigmoid_e(xc * beta)  # noqa: F821
-    return dy * ((xc * s) * (xc * sn))
-
-
-def _prelu_term(dy, x, a):
-    return 0.0 if x > 0.0 else x * dy
-
-
 @cache
 def _reducer(which: str) -> Any:
-    from types import FunctionType
-
     from numba import cuda
 
-    f64 = _formulas("float64")
-    src = _swish_term if which == "swish" else _prelu_term
-    tg = {"np": np, "BIG": np.float64(np.finfo(np.float64).max), "sigmoid_e": f64.sigmoid_e}
-    term = cuda.jit(device=True)(FunctionType(src.__code__, tg, src.__name__))
+    term = getattr(_formulas("float64"), _F.TABLE[(which, "param_grad")])
     block = _SIM_BLOCK if _simulating() else _BLOCK
     g = {"cuda": cuda, "np": np, "term": term, "ONE_SLOT": which == "swish"}
     exec(compile(_reduce_source(block), f"<multiact cuda {which} reduction>", "exec"), g)

@@ -5,12 +5,14 @@ functions here use only +, -, *, /, comparisons (which LLVM turns into selects),
 floor, float<->int conversion and one bit cast (int32 -> float32, to build 2^k),
 so a prange loop around them compiles to AVX2/AVX-512 code.
 
+This is the float32 math namespace of the shared formulas (`formulas.py`) on
+the CPU; the `cuda` backend compiles the same formulas against libdevice
+instead (`formulas.libm`), so both namespaces provide the same names.
 They are plain Python functions, registered in dependency order.  `build(jit,
 bitcasts)` clones them with a globals dict in which every helper is the compiled
-version, so the same formulas compile for the CPU (`njit(inline="always")`,
-bit casts from a tiny LLVM intrinsic) or for CUDA (`cuda.jit(device=True)`, bit
-casts from libdevice's `int_as_float` / `float_as_int`).  Uncompiled, they run
-in plain Python (with NumPy bit casts), which is how the tests debug them.
+version (`cpu()`: `njit(inline="always")`, bit casts from a tiny LLVM
+intrinsic).  Uncompiled, they run in plain Python (with NumPy bit casts), which
+is how the tests debug them.
 
 Conventions: float32 in, float32 out.  `*_hl(hi, lo)` take their argument as an
 unevaluated sum hi + lo (|lo| <= ulp(hi)), for arguments that were computed in

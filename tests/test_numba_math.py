@@ -149,3 +149,17 @@ def test_float32_loop_is_vectorised(op):
     asm = loop.inspect_asm(sig)
     assert re.search(r"<(8|16) x float>", ir), f"{op}: no <8 x float> / <16 x float> in the LLVM IR"
     assert re.search(r"%[yz]mm\d", asm), f"{op}: no ymm/zmm register in the machine code"
+
+
+def test_numba_compiles_the_shared_formula_table():
+    """One source of truth: every numba loop's scalar is a formula of formulas.py (the cuda backend's too)."""
+    from multiact.backends import formulas
+
+    for dtype in ("float32", "float64"):
+        ns = nb._formulas(dtype)
+        for (op, direction), name in formulas.TABLE.items():
+            if direction == "param_grad":
+                continue
+            scalar = nb._loops((op, direction, dtype)).scalar
+            assert scalar is getattr(ns, name)
+            assert scalar.py_func.__code__ is getattr(formulas, name).__code__, (op, direction, dtype)

@@ -1,4 +1,4 @@
-"""The float32 formulas stay within tolerance even when libdevice errs by its documented worst case.
+"""The shared float32 formulas on libm stay within tolerance when libdevice errs by its documented worst case.
 
 The simulator evaluates libm correctly rounded, which is kinder than a GPU:
 libdevice documents expf/tanhf/erff at 2 ulp, expm1f/log1pf at 1 ulp and erfcf
@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 import pytest
-from multiact.backends import cuda_formulas as F
+from multiact.backends import formulas as F
 
 from multiact import consistency as C
 from multiact.ops import OPS
@@ -38,13 +38,15 @@ def _libm_with_error(rng: np.random.Generator) -> dict:
 
         return g
 
-    return {name: wrap(getattr(math, name), k) for name, k in BOUNDS.items()}
+    fns = {f"_{name}": wrap(getattr(math, name), k) for name, k in BOUNDS.items()}
+    fns["_cosh"] = wrap(math.cosh, 0)  # float64 only
+    return fns
 
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_float32_formulas_under_libdevice_error_bounds(seed):
     rng = np.random.default_rng(seed)
-    f32 = F.build(lambda f: f, np.float32, _libm_with_error(rng))
+    f32 = F.build(lambda f: f, np.float32, F.libm(lambda f: f, np.float32, _libm_with_error(rng)))
     f64 = F.python(np.float64)
     t = np.float32
     failures = []
@@ -75,3 +77,15 @@ def test_float32_formulas_under_libdevice_error_bounds(seed):
                     if not v.passed:
                         failures.append(f"{op} {C.case_id(params)} {direction}: {v.describe()}")
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("compute", ["float32", "float64"])
+def test_cuda_compiles_the_shared_formula_table(compute):
+    """One source of truth: the cuda backend's device functions are the formulas the numba backend compiles."""
+    from multiact.backends import cuda_backend
+
+    ns = cuda_backend._formulas(compute)
+    for name in set(F.TABLE.values()):
+        dev = getattr(ns, name)
+        py = dev.py_func  # a real GPU's dispatcher and the simulator's kernel both keep it
+        assert py.__code__ is getattr(F, name).__code__, name

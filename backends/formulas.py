@@ -1,0 +1,669 @@
+"""The one table of scalar formulas, written once as plain Python and compiled for every target.
+
+Each formula is a module-level function `f(x, a, b)` (forward), `f(dy, x, a, b)`
+(backward; `y` in place of `x` for a backward from the output) or, for prelu,
+`f(x, w, a, b)` / `f(dy, x, w, a, b)`; the parameter-gradient terms are
+`f(dy, x, a, b)` in float64.  `a` and `b` are the op's scalar parameters as
+float64 (see `PARAMS`); `x`, `dy`, `w` arrive in the compute type `T`.  The
+bodies bind no names themselves: `build(jit, T, math)` clones every function
+with a globals dict holding `T`, typed constants and a math namespace, then
+compiles it with `jit`:
+
+- numba CPU, float32: `numba_math` (arithmetic-only float32 math, so loops
+  vectorise), `njit(inline="always", error_model="numpy")`;
+- numba CPU, float64: `libm(...)` below on libm, mirroring `multiact.reference`;
+- CUDA: `libm(...)` on `math.exp` etc. (libdevice's expf... for float32), with
+  `cuda.jit(device=True)`; under the CUDA simulator the same functions run as
+  plain Python on NumPy scalars (`numpy_libm()`).
+
+A math namespace provides `exp`, `expm1`, `tanh`, `sech2`, `sigmoid`,
+`softplus0`, `ncdf`, `npdf` in T; `*_hl(hi, lo)` variants that take their
+argument as an unevaluated float32 sum hi + lo (from `split64` of a float64,
+e.g. beta * x, so its rounding does not cost |x| ulp in exp); and `*64` variants
+that return a float64 that stays relatively accurate where the float32 result
+would be subnormal.  Intermediates are float64 (`D`) wherever one rounding of a
+product or quotient matters; every constant is typed (a bare float literal in a
+float32 formula would promote it to double).  Conventions are those of
+`multiact.reference`: NaN in gives NaN out, +-inf gives the limit, PyTorch's
+choices at the kinks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from types import FunctionType, SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+import multiact.reference as _ref
+
+# CUDA computes these (op, direction) in float64 for float16/float32 data and rounds once: with
+# libdevice's float32 error bounds (expf/tanhf 2 ulp) their float32 versions come too close to the
+# tolerance.  One double exp or tanh per element: free on data-centre GPUs, slower elsewhere.
+WIDE: frozenset[tuple[str, str]] = frozenset({
+    ("sigmoid", "backward"), ("tanh", "backward"), ("tanhshrink", "backward"),
+    ("mish", "forward"), ("mish", "backward"),
+})
+
+# op -> the names of its scalar parameters, in the order (a, b)
+PARAMS: dict[str, tuple[str, ...]] = {
+    "leaky_relu": ("negative_slope",),
+    "elu": ("alpha",),
+    "celu": ("alpha",),
+    "hardtanh": ("min_val", "max_val"),
+    "softplus": ("beta", "threshold"),
+    "softshrink": ("lambd",),
+    "hardshrink": ("lambd",),
+    "threshold": ("threshold", "value"),
+    "swish": ("beta",),
+}
+
+_PURE: dict[str, FunctionType] = {}  # helpers and formulas, in dependency order
+_LIBM: dict[str, FunctionType] = {}  # the libm math namespace, in dependency order
+# (op, direction) -> formula name; op "gelu_tanh" is gelu with approximate="tanh"; direction
+# "param_grad" is the float64 per-element term of the parameter gradient.
+TABLE: dict[tuple[str, str], str] = {}
+
+
+def _helper(f: FunctionType) -> FunctionType:
+    _PURE[f.__name__] = f
+    return f
+
+
+def _formula(*keys: tuple[str, str]) -> Callable[[FunctionType], FunctionType]:
+    def deco(f: FunctionType) -> FunctionType:
+        _PURE[f.__name__] = f
+        for k in keys:
+            TABLE[k] = f.__name__
+        return f
+
+    return deco
+
+
+def _libm(f: FunctionType) -> FunctionType:
+    _LIBM[f.__name__] = f
+    return f
+
+
+# Placeholders so linters and plain imports see the names; build() and libm() rebind them.
+T: Any = np.float32
+D = np.float64
+IS32 = True
+ZERO = ONE = THREE = SIX = HALF = BIG = GCLAMP = INV_SQRT2 = INV_SQRT_2PI = Any
+ZCLAMP = SELU_SCALE = SELU_SA = FAST_K = GELU_K2 = GELU_C = Any
+SERIES: Any = ()
+_exp = _expm1 = _log1p = _tanh = _cosh = _erf = _erfc = Any
+
+
+# ---- the libm math namespace (numba float64, CUDA, the simulator) ----------------------------------------
+# The float64 versions mirror multiact.reference; the float32 versions evaluate in float32 (fast on a
+# GPU) and use lo as a first-order correction.
+
+
+@_libm
+def exp(x):
+    return T(_exp(x))
+
+
+@_libm
+def expm1(x):
+    return T(_expm1(x))
+
+
+@_libm
+def tanh(x):
+    return T(_tanh(x))
+
+
+@_libm
+def exp_hl(hi, lo):
+    e = T(_exp(hi))
+    return e if lo == ZERO else e + e * lo
+
+
+@_libm
+def expm1_hl(hi, lo):
+    e1 = T(_expm1(hi))
+    return e1 if lo == ZERO else e1 + (e1 + ONE) * lo
+
+
+@_libm
+def sigmoid(x):
+    e = T(_exp(-abs(x)))
+    return ONE / (ONE + e) if x >= ZERO else e / (ONE + e)
+
+
+@_libm
+def sigmoid_hl(hi, lo):
+    neg = hi < ZERO
+    e = exp_hl(hi if neg else -hi, lo if neg else -lo)  # exp(-|z|)
+    return (e if neg else ONE) / (ONE + e)
+
+
+@_libm
+def softplus0(z):
+    """log(1 + exp(z)) without overflow."""
+    return (z if z > ZERO else ZERO) + T(_log1p(T(_exp(-abs(z)))))
+
+
+@_libm
+def softplus0_hl(hi, lo):
+    r = softplus0(hi)
+    return r if lo == ZERO else r + lo * sigmoid(hi)
+
+
+@_libm
+def sech2(x):
+    """1 - tanh(x)^2; in float32 as 4e / (1 + e)^2, e = exp(-2|x|): relatively accurate where tanh ~ 1."""
+    if IS32:
+        ax = abs(x)
+        e = T(_exp(-(ax + ax)))
+        d = ONE + e
+        return (e + e + e + e) / (d * d)
+    c = T(_cosh(x))
+    return ONE / (c * c)
+
+
+@_libm
+def ncdf(x):
+    """Phi(x) = erfc(-x / sqrt(2)) / 2; in float32 through erf near 0, where erfcf's 4-ulp error would show."""
+    z = x * INV_SQRT2
+    if IS32 and abs(z) < HALF:
+        return HALF + HALF * T(_erf(z))
+    r = HALF * T(_erfc(-z))
+    return ONE if r > ONE else r  # erfcf may round above 2 near -inf
+
+
+@_libm
+def npdf(xc):
+    return INV_SQRT_2PI * T(_exp(-HALF * (xc * xc)))
+
+
+@_libm
+def split64(v):
+    """A float64 as hi + lo in T (lo = 0 in float64)."""
+    hi = T(v)
+    return hi, (T(v - D(hi)) if IS32 else ZERO)
+
+
+@_libm
+def sigmoid64_hl(hi, lo):
+    return D(sigmoid_hl(hi, lo))
+
+
+@_libm
+def exp64_hl(hi, lo):
+    return D(exp_hl(hi, lo))
+
+
+@_libm
+def ncdf64(x):
+    return D(ncdf(x))
+
+
+# ---- helpers -----------------------------------------------------------------------------------------------
+
+
+@_helper
+def keepnan(x, r):
+    """r, or x where x is NaN (piecewise formulas would drop it)."""
+    return x if x != x else r
+
+
+@_helper
+def clampz(z):
+    """z clamped to +-ZCLAMP, beyond which every sigmoid is exactly 0 or 1; NaN passes."""
+    z = ZCLAMP if z > ZCLAMP else z
+    return -ZCLAMP if z < -ZCLAMP else z
+
+
+@_helper
+def clampbig(x):
+    """x clamped to the finite range (so inf * 0 never happens); NaN passes."""
+    x = BIG if x > BIG else x
+    return -BIG if x < -BIG else x
+
+
+@_helper
+def gated(x, s):
+    """x * s (s a float64 gate, relatively accurate even where tiny); 0 where s == 0, not -inf * 0."""
+    return ZERO if s == 0.0 else T(D(x) * s)
+
+
+@_helper
+def swish_fwd(x, k):
+    hi, lo = split64(clampz(D(clampbig(x)) * k))
+    return gated(x, sigmoid64_hl(hi, lo))
+
+
+@_helper
+def swish_bwd(dy, x, k):
+    xc = clampbig(x)
+    hi, lo = split64(clampz(D(xc) * k))
+    s, sn = D(sigmoid_hl(hi, lo)), D(sigmoid_hl(-hi, -lo))
+    return T(D(dy) * (s + ((D(xc) * s) * sn) * k))
+
+
+@_helper
+def gelu_tanh_z(x):
+    """(x clamped to +-1e5, as float64; 2 sqrt(2/pi) (x + 0.044715 x^3))."""
+    xc = D(GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x))
+    return xc, GELU_K2 * (xc + GELU_C * (xc * xc * xc))
+
+
+# ---- piecewise linear ----------------------------------------------------------------------------------------
+
+
+@_formula(("relu", "forward"))
+def relu(x, a, b):
+    return ZERO if x < ZERO else x
+
+
+@_formula(("relu", "backward"), ("relu", "backward_y"))
+def relu_grad(dy, x, a, b):
+    return keepnan(x, dy if x > ZERO else ZERO)
+
+
+@_formula(("relu6", "forward"))
+def relu6(x, a, b):
+    return ZERO if x < ZERO else (SIX if x > SIX else x)
+
+
+@_formula(("relu6", "backward"), ("relu6", "backward_y"))
+def relu6_grad(dy, x, a, b):
+    return keepnan(x, dy if (x > ZERO) & (x < SIX) else ZERO)
+
+
+@_formula(("leaky_relu", "forward"))
+def leaky_relu(x, a, b):
+    return x if x > ZERO else x * T(a)
+
+
+@_formula(("leaky_relu", "backward"), ("leaky_relu", "backward_y"))
+def leaky_relu_grad(dy, x, a, b):
+    return keepnan(x, dy if x > ZERO else dy * T(a))
+
+
+@_formula(("prelu", "forward"))
+def prelu(x, w, a, b):
+    return x if x > ZERO else x * w
+
+
+@_formula(("prelu", "backward"))
+def prelu_grad(dy, x, w, a, b):
+    return keepnan(x, dy if x > ZERO else dy * w)
+
+
+@_formula(("hardtanh", "forward"))
+def hardtanh(x, a, b):
+    return T(a) if x < T(a) else (T(b) if x > T(b) else x)
+
+
+@_formula(("hardtanh", "backward"), ("hardtanh", "backward_y"))
+def hardtanh_grad(dy, x, a, b):
+    return keepnan(x, dy if (x > T(a)) & (x < T(b)) else ZERO)
+
+
+@_formula(("hardswish", "forward"))
+def hardswish(x, a, b):
+    xd = D(x)
+    return ZERO if x <= -THREE else (x if x >= THREE else T(xd * (xd + 3.0) / 6.0))
+
+
+@_formula(("hardswish", "backward"))
+def hardswish_grad(dy, x, a, b):
+    mid = T(D(dy) * (D(x) / 3.0 + 0.5))
+    return keepnan(x, ZERO if x <= -THREE else (mid if x < THREE else dy))  # PyTorch 2.x at the kinks
+
+
+@_formula(("hardsigmoid", "forward"))
+def hardsigmoid(x, a, b):
+    return ZERO if x <= -THREE else (ONE if x >= THREE else T((D(x) + 3.0) / 6.0))
+
+
+@_formula(("hardsigmoid", "backward"))
+def hardsigmoid_grad(dy, x, a, b):
+    return keepnan(x, dy / SIX if (x > -THREE) & (x < THREE) else ZERO)
+
+
+@_formula(("softshrink", "forward"))
+def softshrink(x, a, b):
+    lam = T(a)
+    return keepnan(x, x - lam if x > lam else (x + lam if x < -lam else ZERO))
+
+
+@_formula(("softshrink", "backward"), ("hardshrink", "backward"))
+def shrink_grad(dy, x, a, b):
+    return keepnan(x, dy if abs(x) > T(a) else ZERO)
+
+
+@_formula(("hardshrink", "forward"))
+def hardshrink(x, a, b):
+    return keepnan(x, x if abs(x) > T(a) else ZERO)
+
+
+@_formula(("threshold", "forward"))
+def threshold(x, a, b):
+    return T(b) if x <= T(a) else x
+
+
+@_formula(("threshold", "backward"))
+def threshold_grad(dy, x, a, b):
+    return keepnan(x, ZERO if x <= T(a) else dy)
+
+
+# ---- exponential family -------------------------------------------------------------------------------------
+
+
+@_formula(("elu", "forward"))
+def elu(x, a, b):
+    return x if x > ZERO else T(a * D(expm1(x)))
+
+
+@_formula(("elu", "backward"))
+def elu_grad(dy, x, a, b):
+    return dy if x > ZERO else T(D(dy) * (a * D(exp(x))))
+
+
+@_formula(("elu", "backward_y"))
+def elu_grad_y(dy, y, a, b):
+    return dy if y > ZERO else T(D(dy) * (D(y) + a))
+
+
+@_formula(("selu", "forward"))
+def selu(x, a, b):
+    return T(SELU_SCALE * D(x)) if x > ZERO else T(SELU_SA * D(expm1(x)))
+
+
+@_formula(("selu", "backward"))
+def selu_grad(dy, x, a, b):
+    return T(D(dy) * SELU_SCALE) if x > ZERO else T(D(dy) * (SELU_SA * D(exp(x))))
+
+
+@_formula(("selu", "backward_y"))
+def selu_grad_y(dy, y, a, b):
+    return T(D(dy) * SELU_SCALE) if y > ZERO else T(D(dy) * (D(y) + SELU_SA))
+
+
+@_formula(("celu", "forward"))
+def celu(x, a, b):
+    hi, lo = split64(clampz(D(x) / a))
+    return x if x > ZERO else T(a * D(expm1_hl(hi, lo)))
+
+
+@_formula(("celu", "backward"))
+def celu_grad(dy, x, a, b):
+    hi, lo = split64(clampz(D(x) / a))
+    return dy if x > ZERO else T(D(dy) * D(exp_hl(hi, lo)))
+
+
+@_formula(("celu", "backward_y"))
+def celu_grad_y(dy, y, a, b):
+    return dy if y > ZERO else T(D(dy) * (D(y) / a + 1.0))
+
+
+@_formula(("sigmoid", "forward"))
+def sigmoid_f(x, a, b):
+    return sigmoid(x)
+
+
+@_formula(("sigmoid", "backward"))
+def sigmoid_grad(dy, x, a, b):
+    return T(D(dy) * (sigmoid64_hl(x, ZERO) * sigmoid64_hl(-x, ZERO)))
+
+
+@_formula(("sigmoid", "backward_y"))
+def sigmoid_grad_y(dy, y, a, b):
+    return T(D(dy) * (D(y) * (1.0 - D(y))))
+
+
+@_formula(("logsigmoid", "forward"))
+def logsigmoid(x, a, b):
+    return -softplus0(-x)
+
+
+@_formula(("logsigmoid", "backward"))
+def logsigmoid_grad(dy, x, a, b):
+    return T(D(dy) * sigmoid64_hl(-x, ZERO))
+
+
+@_formula(("tanh", "forward"))
+def tanh_f(x, a, b):
+    return tanh(x)
+
+
+@_formula(("tanh", "backward"))
+def tanh_grad(dy, x, a, b):
+    return T(D(dy) * D(sech2(x)))
+
+
+@_formula(("tanh", "backward_y"))
+def tanh_grad_y(dy, y, a, b):
+    return T(D(dy) * ((1.0 - D(y)) * (1.0 + D(y))))
+
+
+@_formula(("softplus", "forward"))
+def softplus(x, a, b):
+    z = D(x) * a  # the linear branch is decided on the exact product, as the reference does
+    hi, lo = split64(clampz(z))
+    return x if z > b else T(D(softplus0_hl(hi, lo)) / a)
+
+
+@_formula(("softplus", "backward"))
+def softplus_grad(dy, x, a, b):
+    z = D(x) * a
+    hi, lo = split64(clampz(z))
+    return keepnan(x, dy if z > b else T(D(dy) * D(sigmoid_hl(hi, lo))))
+
+
+@_formula(("softsign", "forward"))
+def softsign(x, a, b):
+    xd = D(x)
+    return T(math.copysign(1.0, xd) if abs(xd) == math.inf else xd / (1.0 + abs(xd)))
+
+
+@_formula(("softsign", "backward"))
+def softsign_grad(dy, x, a, b):
+    d = 1.0 + abs(D(x))
+    return T(D(dy) / (d * d))
+
+
+# ---- x * gate(x) ----------------------------------------------------------------------------------------------
+
+
+@_formula(("silu", "forward"))
+def silu(x, a, b):
+    return swish_fwd(x, 1.0)
+
+
+@_formula(("silu", "backward"))
+def silu_grad(dy, x, a, b):
+    return swish_bwd(dy, x, 1.0)
+
+
+@_formula(("swish", "forward"))
+def swish(x, a, b):
+    return swish_fwd(x, a)
+
+
+@_formula(("swish", "backward"))
+def swish_grad(dy, x, a, b):
+    return swish_bwd(dy, x, a)
+
+
+@_formula(("fast_gelu", "forward"))
+def fast_gelu(x, a, b):
+    return swish_fwd(x, FAST_K)
+
+
+@_formula(("fast_gelu", "backward"))
+def fast_gelu_grad(dy, x, a, b):
+    return swish_bwd(dy, x, FAST_K)
+
+
+@_formula(("gelu", "forward"))
+def gelu(x, a, b):
+    return gated(x, ncdf64(x))
+
+
+@_formula(("gelu", "backward"))
+def gelu_grad(dy, x, a, b):
+    xc = GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x)
+    return T(D(dy) * (D(ncdf(x)) + D(xc) * D(npdf(xc))))
+
+
+@_formula(("gelu_tanh", "forward"))
+def gelu_tanh(x, a, b):
+    xc, z = gelu_tanh_z(x)
+    hi, lo = split64(z)
+    return gated(x, sigmoid64_hl(hi, lo))
+
+
+@_formula(("gelu_tanh", "backward"))
+def gelu_tanh_grad(dy, x, a, b):
+    xc, z = gelu_tanh_z(x)
+    hi, lo = split64(z)
+    s, sn = D(sigmoid_hl(hi, lo)), D(sigmoid_hl(-hi, -lo))
+    dz = GELU_K2 * (1.0 + (3.0 * GELU_C) * (xc * xc))
+    return T(D(dy) * (s + ((xc * s) * sn) * dz))
+
+
+@_formula(("mish", "forward"))
+def mish(x, a, b):
+    # below -20, tanh(softplus(x)) = e^x (1 - e^x / 2 ...) = e^x to 2e-9; this keeps x e^x accurate
+    # where e^x is subnormal
+    return gated(x, exp64_hl(x, ZERO) if IS32 and x < T(-20) else D(tanh(softplus0(x))))
+
+
+@_formula(("mish", "backward"))
+def mish_grad(dy, x, a, b):
+    sp = softplus0(x)
+    xc = clampbig(x)
+    return T(D(dy) * (D(tanh(sp)) + (D(xc) * sigmoid64_hl(x, ZERO)) * D(sech2(sp))))
+
+
+@_formula(("tanhshrink", "forward"))
+def tanhshrink(x, a, b):
+    x2 = x * x
+    acc = ZERO
+    for c in SERIES:  # x - tanh(x) cancels near 0
+        acc = acc * x2 + c
+    small = acc * x2 * x
+    ax = abs(x)
+    if IS32:  # 1 - tanh|x| = 2e / (1 + e), e = exp(-2|x|): no cancellation against |x|
+        e = D(exp(-(ax + ax)))
+        r = T((D(ax) - 1.0) + 2.0 * e / (1.0 + e))
+        large = r if x >= ZERO else -r
+    else:
+        large = x - tanh(x)
+    return small if ax < ONE else large
+
+
+@_formula(("tanhshrink", "backward"))
+def tanhshrink_grad(dy, x, a, b):
+    t = D(tanh(x))
+    return T(D(dy) * (t * t))
+
+
+# ---- parameter-gradient terms (float64 in, float64 out; summed by the backend) ----------------------------------
+
+
+@_formula(("swish", "param_grad"))
+def swish_beta_term(dy, x, beta, b):
+    """dy * d/d(beta) swish(x) = dy * x^2 sigmoid(beta x) sigmoid(-beta x)."""
+    xc = clampbig(x)
+    kx = xc * beta
+    return dy * ((xc * sigmoid(kx)) * (xc * sigmoid(-kx)))
+
+
+@_formula(("prelu", "param_grad"))
+def prelu_weight_term(dy, x, a, b):
+    """dy * d/dw prelu(x) = dy * x where x <= 0."""
+    return 0.0 if x > 0.0 else x * dy
+
+
+# ---- compiling ----------------------------------------------------------------------------------------------------
+
+
+def constants(t: Any) -> dict[str, Any]:
+    """The typed constants of the formulas and the libm math, in compute type t (np.float32 or np.float64)."""
+    is32 = np.dtype(t) == np.float32
+    return {
+        "T": t, "D": np.float64, "IS32": is32,
+        "ZERO": t(0.0), "ONE": t(1.0), "THREE": t(3.0), "SIX": t(6.0), "HALF": t(0.5),
+        "BIG": t(np.finfo(t).max), "GCLAMP": t(1e5),
+        "INV_SQRT2": t(1.0 / math.sqrt(2.0)), "INV_SQRT_2PI": t(1.0 / math.sqrt(2.0 * math.pi)),
+        # float64 constants: these multiply float64 intermediates
+        "ZCLAMP": 1e5,  # |z| beyond which every sigmoid is exactly 0 or 1 (float64 too)
+        "SELU_SCALE": _ref.SELU_SCALE, "SELU_SA": _ref.SELU_SCALE * _ref.SELU_ALPHA,
+        "FAST_K": _ref.FAST_GELU_K, "GELU_K2": 2 * _ref.GELU_TANH_K, "GELU_C": _ref.GELU_TANH_C,
+        "SERIES": tuple(t(c) for c in reversed(_ref._tanhshrink_series(22 if is32 else 44))),
+    }
+
+
+def _clone_all(funcs: dict[str, FunctionType], g: dict[str, Any], jit: Callable[[FunctionType], Any]) -> dict:
+    out = {}
+    for name, f in funcs.items():
+        clone = FunctionType(f.__code__, g, name, f.__defaults__, f.__closure__)
+        clone.__qualname__, clone.__doc__ = f.__qualname__, f.__doc__
+        g[name] = out[name] = jit(clone)
+    return out
+
+
+def math_libm() -> dict[str, Any]:
+    """libm as the math namespace sees it: Python's `math` (numba and numba-cuda compile it to libm/libdevice)."""
+    return {"_exp": math.exp, "_expm1": math.expm1, "_log1p": math.log1p, "_tanh": math.tanh,
+            "_cosh": math.cosh, "_erf": math.erf, "_erfc": math.erfc}
+
+
+def numpy_libm() -> dict[str, Any]:
+    """libm on NumPy scalars, evaluated in float64 (no OverflowError): for plain Python and the CUDA simulator."""
+    f64 = np.float64
+    return {"_exp": lambda v: np.exp(f64(v)), "_expm1": lambda v: np.expm1(f64(v)),
+            "_log1p": lambda v: np.log1p(f64(v)), "_tanh": lambda v: np.tanh(f64(v)),
+            "_cosh": lambda v: np.cosh(f64(v)), "_erf": lambda v: f64(math.erf(v)),
+            "_erfc": lambda v: f64(math.erfc(v))}
+
+
+def libm(jit: Callable[[FunctionType], Any], t: Any, fns: dict[str, Any] | None = None) -> SimpleNamespace:
+    """The math namespace on libm functions `fns` (default: `math_libm()`), compiled with `jit` for type t."""
+    g: dict[str, Any] = dict(globals())
+    g.update(constants(t))
+    g.update(fns if fns is not None else math_libm())
+    return SimpleNamespace(**_clone_all(_LIBM, g, jit))
+
+
+def build(jit: Callable[[FunctionType], Any], t: Any, math_ns: SimpleNamespace) -> SimpleNamespace:
+    """Every helper and formula compiled with `jit` for compute type t against the math namespace."""
+    g: dict[str, Any] = dict(globals())
+    g.update(constants(t))
+    g.update(vars(math_ns))
+    return SimpleNamespace(**_clone_all(_PURE, g, jit))
+
+
+def python(t: Any, fns: dict[str, Any] | None = None) -> SimpleNamespace:
+    """The formulas as plain Python on NumPy scalars of type t over `libm`: slow, for tests and the simulator."""
+    ident = lambda f: f  # noqa: E731
+    return build(ident, t, libm(ident, t, fns if fns is not None else numpy_libm()))
+
+
+def formula_name(op: str, direction: str, params: dict[str, Any]) -> str:
+    """The formula for one call ('gelu' with approximate='tanh' is its own formula)."""
+    if op == "gelu" and params.get("approximate") == "tanh":
+        op = "gelu_tanh"
+    return TABLE[(op, direction)]
+
+
+def scalar_params(op: str, params: dict[str, Any], dtype: str) -> tuple[float, float]:
+    """(a, b) as Python floats, rounded to float32 below float64 (what the tests compare against)."""
+    vals = [float(params[n]) for n in PARAMS.get(op, ())]
+    if dtype != "float64":
+        vals = [float(np.float32(v)) for v in vals]
+    vals += [0.0] * (2 - len(vals))
+    return vals[0], vals[1]
+
+
+__all__ = ["PARAMS", "TABLE", "WIDE", "build", "constants", "formula_name", "libm", "math_libm", "numpy_libm",
+           "python", "scalar_params"]
