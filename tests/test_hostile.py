@@ -76,3 +76,30 @@ def test_mixed_libraries_are_refused_by_name():
 def test_python_scalars_and_nested_lists():
     np.testing.assert_array_equal(ma.relu([[-1.0, 2.0], [3.0, -4.0]]), [[0, 2], [3, 0]])
     assert ma.sigmoid(0.0) == 0.5
+
+
+def _mem_available() -> int:
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@pytest.mark.skipif(_mem_available() < (12 << 30), reason="needs 12 GiB of free memory")
+def test_more_than_2_to_the_31_elements_on_the_native_path():
+    """64-bit indexing: one in-place call over 2^31 + 17 float16 elements (4 GiB), checked at both ends."""
+    info = {b.name: b for b in ma.backends()}
+    if not info["native"].available:
+        pytest.skip(f"native: {info['native'].reason}")
+    n = (1 << 31) + 17
+    x = np.empty(n, dtype=np.float16)
+    x[: 1 << 20] = -1.5
+    x[(1 << 20):] = 2.0
+    x[-17:] = -3.0
+    ma.leaky_relu(x, 0.5, out=x, backend="native")
+    assert x[0] == -0.75 and x[(1 << 20) - 1] == -0.75 and x[1 << 20] == 2.0
+    assert x[(1 << 31) - 1] == 2.0 and np.all(x[-17:] == -1.5)
+    del x

@@ -62,3 +62,9 @@ def test_kernels_under_address_and_undefined_behaviour_sanitizers():
     if probe.returncode != 0:
         pytest.skip("gcc cannot link -fsanitize=address,undefined here (libasan/libubsan missing)")
     _run("bash", "scripts/test_native_sanitize.sh")
+
+
+@pytest.mark.skipif(not (X86 and _avx2()) or shutil.which("valgrind") is None, reason="needs valgrind and AVX2")
+def test_harness_is_clean_under_valgrind_memcheck():
+    _run("bash", "scripts/test_native_harness.sh", "avx2", "gcc", "valgrind", "--error-exitcode=1", "--leak-check=full",
+         "--errors-for-leak-kinds=definite", "-q")
