@@ -147,14 +147,7 @@ def info() -> dict[str, Any]:
 
 
 def supports(op: str, direction: str, dtype: str) -> bool:
-    if dtype not in _DTYPES or op not in _OPS:
-        return False
-    spec = _OPS[op]
-    if direction in ("forward", "backward"):
-        return True
-    if direction == "backward_y":
-        return spec.backward_y is not None
-    return direction == "param_grad" and op in ("swish", "prelu")
+    return dtype in _DTYPES and op in _OPS and _OPS[op].has(direction)
 
 
 # ---- arrays of the caller's kind ---------------------------------------------------------------------------

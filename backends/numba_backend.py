@@ -64,16 +64,7 @@ def info() -> dict[str, Any]:
 
 
 def supports(op: str, direction: str, dtype: str) -> bool:
-    if dtype not in _DTYPES or op not in OPS:
-        return False
-    spec = OPS[op]
-    if direction in ("forward", "backward"):
-        return True
-    if direction == "backward_y":
-        return spec.backward_y is not None
-    if direction == "param_grad":
-        return op in ("swish", "prelu")
-    return False
+    return dtype in _DTYPES and op in OPS and OPS[op].has(direction)
 
 
 def kernel(op: str, direction: str, dtype: str) -> Callable:

@@ -31,15 +31,7 @@ def info() -> dict:
 
 
 def supports(op: str, direction: str, dtype: str) -> bool:
-    spec = OPS.get(op)
-    if spec is None or dtype not in ("float16", "float32", "float64"):
-        return False
-    return {
-        "forward": True,
-        "backward": True,
-        "backward_y": spec.backward_y is not None,
-        "param_grad": spec.param_grad is not None,
-    }[direction]
+    return dtype in ("float16", "float32", "float64") and op in OPS and OPS[op].has(direction)
 
 
 def _blocks(arrays: tuple[np.ndarray, ...], out: np.ndarray):

@@ -144,6 +144,15 @@ class OpSpec:
     def defaults(self) -> dict[str, Any]:
         return {p.name: p.default for p in self.params if p.default is not REQUIRED}
 
+    def has(self, direction: str) -> bool:
+        """Whether the op has this direction at all (backward_y and param_grad are per op)."""
+        return {
+            "forward": True,
+            "backward": True,
+            "backward_y": self.backward_y is not None,
+            "param_grad": self.param_grad is not None,
+        }.get(direction, False)
+
     def supports_y(self, params: Mapping[str, Any]) -> bool:
         return self.backward_y is not None and self.y_allowed(params)
 
