@@ -136,15 +136,6 @@ def _validated(spec: OpSpec, params: dict[str, Any]) -> dict[str, Any]:
     return hit
 
 
-def _run(mod: Any, kernel: Any, spec: OpSpec, direction: str, dtype: str, args: tuple, p: dict) -> Any:
-    try:
-        return kernel(*args, p)
-    except Exception as e:
-        if hasattr(e, "add_note"):
-            e.add_note(f"multiact: raised by backend {mod.NAME!r} running {spec.name} {direction} in {dtype}")
-        raise
-
-
 # Per-op caches of the generated functions' hot path:
 # (direction, dtype, *param types and values, backend, use() scope, MULTIACT_BACKEND) -> _Fast.
 _fast_caches: dict[str, dict[tuple, Any]] = {}
@@ -184,13 +175,18 @@ def out_ok(out: Any, *inputs: np.ndarray) -> bool:
     )
 
 
-def run_fast(hit: _Fast, args: tuple) -> None:
+def run_fast(hit: _Fast, args: tuple) -> Any:
+    """Call the kernel; an error keeps its type and gains a note naming the backend and the call."""
     try:
-        hit.kernel(*args, hit.p)
+        return hit.kernel(*args, hit.p)
     except Exception as e:
         if hasattr(e, "add_note"):
             e.add_note(f"multiact: raised by backend {hit.mod.NAME!r} running {hit.what}")
         raise
+
+
+def _run(mod: Any, kernel: Any, spec: OpSpec, direction: str, dtype: str, args: tuple, p: dict) -> Any:
+    return run_fast(_Fast(kernel, p, mod, f"{spec.name} {direction} in {dtype}"), args)
 
 
 def _remember(spec: OpSpec, direction: str, dtype: Any, params: dict, backend, mod, kernel, p) -> None:
