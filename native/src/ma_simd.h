@@ -60,13 +60,6 @@ typedef int32_t VM __attribute__((vector_size(32)));
 #define VSTORE_H(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
 #define VFMA(a, b, c) ((V)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
 #define VSEL(m, a, b) ((V)_mm256_blendv_ps((__m256)(b), (__m256)(a), (__m256)(m)))
-#define MAND(a, b) ((a) & (b))
-#define MOR(a, b) ((a) | (b))
-#define MNOT(a) (~(a))
-#define MASK_I(m, k) ((VI)(m) & (uint32_t)(k))
-#define v_as_i(v) ((VI)(v))
-#define i_as_v(i) ((V)(i))
-#define vi_sar1(i) ((VI)(((VM)(i)) >> 1))
 /* non-temporal stores: f32 needs 32-byte, f16 16-byte aligned addresses */
 #define MA_HAVE_STREAM 1
 #define VSTREAM(p, v) _mm256_stream_ps((p), (__m256)(v))
@@ -91,6 +84,16 @@ typedef int32_t VM __attribute__((vector_size(16)));
 #define VSTORE_H(p, v) vst1_f16((__fp16 *)(p), vcvt_f16_f32((float32x4_t)(v)))
 #define VFMA(a, b, c) ((V)vfmaq_f32((float32x4_t)(c), (float32x4_t)(a), (float32x4_t)(b)))
 #define VSEL(m, a, b) ((V)vbslq_f32((uint32x4_t)(m), (float32x4_t)(a), (float32x4_t)(b)))
+typedef double VD __attribute__((vector_size(32)));
+#define V2D(v) __builtin_convertvector((v), VD)
+#define D2V(d) __builtin_convertvector((d), V)
+
+#else
+#error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON"
+#endif
+
+#if !defined(MA_ISA_SCALAR)
+/* Masks and bit views on GCC vector types: the same for every SIMD ISA. */
 #define MAND(a, b) ((a) & (b))
 #define MOR(a, b) ((a) | (b))
 #define MNOT(a) (~(a))
@@ -98,12 +101,6 @@ typedef int32_t VM __attribute__((vector_size(16)));
 #define v_as_i(v) ((VI)(v))
 #define i_as_v(i) ((V)(i))
 #define vi_sar1(i) ((VI)(((VM)(i)) >> 1))
-typedef double VD __attribute__((vector_size(32)));
-#define V2D(v) __builtin_convertvector((v), VD)
-#define D2V(d) __builtin_convertvector((d), V)
-
-#else
-#error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON"
 #endif
 
 #define MA_CAT_(a, b) a##b
