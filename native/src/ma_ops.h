@@ -98,6 +98,24 @@ MA_INLINE V op_celu_grad_y(V dy, V y, const ma_params *p) {
     return VSEL(y > ZERO, dy, dy * (y / VSPLAT(p->a) + ONE));
 }
 
+/* Fast paths.  Where |z| <= lim (no NaN, no inf, no scaled exponential tail) a shorter body
+ * fast_<op> computes the op within the same tolerance; gen_<op> handles everything.  A vector
+ * with every lane in range runs only the fast body; otherwise the lanes in range still take
+ * the fast body's bits (on a sanitised copy) and the rest the general body's, so no result
+ * depends on its neighbours in the vector. */
+#define MA_SPLIT_UNARY(name, zexpr, lim)                                                \
+    MA_INLINE V op_##name(V x, const ma_params *p) {                                     \
+        VM in_ = ma_abs(zexpr) <= VSPLAT(lim);                                           \
+        if (VALL(in_)) return fast_##name(x, p);                                         \
+        return VSEL(in_, fast_##name(VSEL(in_, x, ZERO), p), gen_##name(x, p));          \
+    }
+#define MA_SPLIT_BINARY(name, zexpr, lim)                                               \
+    MA_INLINE V op_##name(V dy, V x, const ma_params *p) {                               \
+        VM in_ = ma_abs(zexpr) <= VSPLAT(lim);                                           \
+        if (VALL(in_)) return fast_##name(dy, x, p);                                     \
+        return VSEL(in_, fast_##name(dy, VSEL(in_, x, ZERO), p), gen_##name(dy, x, p));  \
+    }
+
 /* e = e^-|z| (scaled eK, sc) and inv = 1 / (1 + e): sigmoid(z) = inv (z >= 0) or e * inv (z < 0). */
 #define MA_SIG_PARTS(z, eK, sc, inv)                          \
     V sc;                                                     \
@@ -109,11 +127,13 @@ MA_INLINE V op_celu_grad_y(V dy, V y, const ma_params *p) {
     V eK = ma_expneg_k2(-ma_abs(z), VSEL((z) < ZERO, (zlo), -(zlo)), &sc);         \
     V inv = ONE / (ONE + eK * sc)
 
-MA_INLINE V op_sigmoid(V x, const ma_params *p) {
+MA_INLINE V fast_sigmoid(V x, const ma_params *p) { (void)p; return ONE / (ONE + ma_exp_fast(-x)); }
+MA_INLINE V gen_sigmoid(V x, const ma_params *p) {
     (void)p;
     MA_SIG_PARTS(x, eK, sc, inv);
     return VSEL(x >= ZERO, inv, (eK * inv) * sc);
 }
+MA_SPLIT_UNARY(sigmoid, x, 80.0f)
 /* 1 / (1 + e)^2 for e in [0, 1] with 1 + e carried exactly (d + c): about 1 ULP. */
 MA_INLINE V ma_inv_sq_1pe(V e) {
     V d = ONE + e;
@@ -121,33 +141,62 @@ MA_INLINE V ma_inv_sq_1pe(V e) {
     V r = ONE / (d * d);
     return r - (VSPLAT(2.0f) * c) * (r / d);
 }
-MA_INLINE V op_sigmoid_grad(V dy, V x, const ma_params *p) { /* dy e / (1 + e)^2 */
+/* dy e / (1 + e)^2 */
+MA_INLINE V fast_sigmoid_grad(V dy, V x, const ma_params *p) {
+    (void)p;
+    V e = ma_exp_fast(-x);
+    V s = ONE / (ONE + e);
+    return dy * ((e * s) * s);
+}
+MA_INLINE V gen_sigmoid_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V sc;
     V eK = ma_expneg_k(-ma_abs(x), &sc);
     return (dy * (eK * ma_inv_sq_1pe(eK * sc))) * sc;
 }
+MA_SPLIT_BINARY(sigmoid_grad, x, 80.0f)
 MA_INLINE V op_sigmoid_grad_y(V dy, V y, const ma_params *p) { (void)p; return dy * (y * (ONE - y)); }
-MA_INLINE V op_logsigmoid(V x, const ma_params *p) {
+MA_INLINE V fast_logsigmoid(V x, const ma_params *p) {
+    (void)p;
+    return VSEL(x < ZERO, x, ZERO) - ma_log1p01(ma_exp_fast(-ma_abs(x)));
+}
+MA_INLINE V gen_logsigmoid(V x, const ma_params *p) {
     (void)p;
     V sc;
     V eK = ma_expneg_k(-ma_abs(x), &sc);
     return VSEL(x < ZERO, x, ZERO) - ma_log1p01(eK * sc);
 }
-MA_INLINE V op_logsigmoid_grad(V dy, V x, const ma_params *p) { /* dy * sigmoid(-x) */
+MA_SPLIT_UNARY(logsigmoid, x, 80.0f)
+/* dy * sigmoid(-x) */
+MA_INLINE V fast_logsigmoid_grad(V dy, V x, const ma_params *p) { (void)p; return dy / (ONE + ma_exp_fast(x)); }
+MA_INLINE V gen_logsigmoid_grad(V dy, V x, const ma_params *p) {
     (void)p;
     MA_SIG_PARTS(x, eK, sc, inv);
     return VSEL(x > ZERO, (dy * (eK * inv)) * sc, dy * inv);
 }
+MA_SPLIT_BINARY(logsigmoid_grad, x, 80.0f)
 MA_INLINE V op_tanh(V x, const ma_params *p) { (void)p; return ma_tanh(x); }
-MA_INLINE V op_tanh_grad(V dy, V x, const ma_params *p) { /* dy * 4e / (1 + e)^2, e = e^-2|x| */
+/* dy * 4e / (1 + e)^2, e = e^-2|x| */
+MA_INLINE V fast_tanh_grad(V dy, V x, const ma_params *p) {
+    (void)p;
+    V e = ma_exp_fast(VSPLAT(-2.0f) * ma_abs(x));
+    V s = ONE / (ONE + e);
+    return dy * ((VSPLAT(4.0f) * e * s) * s);
+}
+MA_INLINE V gen_tanh_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V sc;
     V eK = ma_expneg_k(VSPLAT(-2.0f) * ma_abs(x), &sc);
     return (dy * ((VSPLAT(4.0f) * eK) * ma_inv_sq_1pe(eK * sc))) * sc;
 }
+MA_SPLIT_BINARY(tanh_grad, x, 40.0f)
 MA_INLINE V op_tanh_grad_y(V dy, V y, const ma_params *p) { (void)p; return dy * ((ONE - y) * (ONE + y)); }
-MA_INLINE V op_softplus(V x, const ma_params *p) {
+MA_INLINE V fast_softplus(V x, const ma_params *p) {
+    V z = x * VSPLAT(p->a);
+    V body = VSEL(z > ZERO, z, ZERO) + ma_log1p01(ma_exp_fast(-ma_abs(z)));
+    return VSEL(z > VSPLAT(p->b), x, p->a == 1.0f ? body : body / VSPLAT(p->a));
+}
+MA_INLINE V gen_softplus(V x, const ma_params *p) {
     V b = VSPLAT(p->a);
     V z = x * b;
     V sc;
@@ -158,12 +207,18 @@ MA_INLINE V op_softplus(V x, const ma_params *p) {
     V r = VSEL(MAND(z < ZERO, sc < ONE), tail, body);
     return VSEL(z > VSPLAT(p->b), x, r);
 }
-MA_INLINE V op_softplus_grad(V dy, V x, const ma_params *p) {
+MA_SPLIT_UNARY(softplus, x * VSPLAT(p->a), 80.0f)
+MA_INLINE V fast_softplus_grad(V dy, V x, const ma_params *p) {
+    V z = x * VSPLAT(p->a);
+    return VSEL(z > VSPLAT(p->b), dy, dy / (ONE + ma_exp_fast(-z)));
+}
+MA_INLINE V gen_softplus_grad(V dy, V x, const ma_params *p) {
     V z = x * VSPLAT(p->a);
     MA_SIG_PARTS(z, eK, sc, inv);
     V g = VSEL(z >= ZERO, dy * inv, (dy * (eK * inv)) * sc);
     return KEEPNAN(x, VSEL(z > VSPLAT(p->b), dy, g));
 }
+MA_SPLIT_BINARY(softplus_grad, x * VSPLAT(p->a), 80.0f)
 MA_INLINE V op_softsign(V x, const ma_params *p) {
     (void)p;
     V a = ma_abs(x);
@@ -176,6 +231,13 @@ MA_INLINE V op_softsign_grad(V dy, V x, const ma_params *p) {
 }
 
 /* ---- x * sigmoid(z) family: silu, swish, fast_gelu, gelu(tanh) ---- */
+/* The fast bodies, for |z| <= 80 (x finite): x / (1 + e^-z) and dy * (s + x s (1 - s) k). */
+MA_INLINE V ma_gate_fwd_fast(V x, V z) { return x / (ONE + ma_exp_fast(-z)); }
+MA_INLINE V ma_gate_grad_fast(V dy, V x, V z, V k) {
+    V e = ma_exp_fast(-z);
+    V s = ONE / (ONE + e);
+    return dy * (s + ((x * s) * (e * s)) * k);
+}
 /* x * sigmoid(z) */
 MA_INLINE V ma_gate_fwd(V x, V z, V zlo) {
     MA_SIG_PARTS2(z, zlo, eK, sc, inv);
@@ -194,26 +256,28 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
     V g = dy * a;
     return VSEL(neg, g * sc, g);
 }
-MA_INLINE V op_swish(V x, const ma_params *p) { return ma_gate_fwd(x, ma_finite(x) * VSPLAT(p->a), ZERO); }
-MA_INLINE V op_swish_grad(V dy, V x, const ma_params *p) {
-    V xc = ma_finite(x);
-    return ma_gate_grad(dy, xc, xc * VSPLAT(p->a), ZERO, VSPLAT(p->a));
-}
-MA_INLINE V op_silu(V x, const ma_params *p) { (void)p; return ma_gate_fwd(x, ma_finite(x), ZERO); }
-MA_INLINE V op_silu_grad(V dy, V x, const ma_params *p) {
-    (void)p;
-    V xc = ma_finite(x);
-    return ma_gate_grad(dy, xc, xc, ZERO, ONE);
-}
-MA_INLINE V op_fast_gelu(V x, const ma_params *p) {
-    (void)p;
-    return ma_gate_fwd(x, ma_finite(x) * VSPLAT(1.702f), ZERO);
-}
-MA_INLINE V op_fast_gelu_grad(V dy, V x, const ma_params *p) {
-    (void)p;
-    V xc = ma_finite(x);
-    return ma_gate_grad(dy, xc, xc * VSPLAT(1.702f), ZERO, VSPLAT(1.702f));
-}
+/* z = k x; the general bodies clamp x to +-FLT_MAX (inf * 0 stays 0). */
+#define MA_GATE_OPS(name, kexpr)                                                            \
+    MA_INLINE V fast_##name(V x, const ma_params *p) { (void)p; return ma_gate_fwd_fast(x, x * (kexpr)); } \
+    MA_INLINE V gen_##name(V x, const ma_params *p) {                                       \
+        (void)p;                                                                            \
+        return ma_gate_fwd(x, ma_finite(x) * (kexpr), ZERO);                                \
+    }                                                                                       \
+    MA_SPLIT_UNARY(name, x * (kexpr), 80.0f)                                                \
+    MA_INLINE V fast_##name##_grad(V dy, V x, const ma_params *p) {                         \
+        (void)p;                                                                            \
+        return ma_gate_grad_fast(dy, x, x * (kexpr), (kexpr));                              \
+    }                                                                                       \
+    MA_INLINE V gen_##name##_grad(V dy, V x, const ma_params *p) {                          \
+        (void)p;                                                                            \
+        V xc = ma_finite(x);                                                                \
+        return ma_gate_grad(dy, xc, xc * (kexpr), ZERO, (kexpr));                           \
+    }                                                                                       \
+    MA_SPLIT_BINARY(name##_grad, x * (kexpr), 80.0f)
+MA_GATE_OPS(swish, VSPLAT(p->a))
+MA_GATE_OPS(silu, ONE)
+MA_GATE_OPS(fast_gelu, VSPLAT(1.702f))
+
 /* z = 2k (x + c x^3) in double, split into z + zlo: several float roundings of z would cost
  * |z| ULPs each in the e^z tail (x < -9). */
 MA_INLINE V ma_gelu_tanh_z(V xc, V *zlo) {
@@ -223,21 +287,55 @@ MA_INLINE V ma_gelu_tanh_z(V xc, V *zlo) {
     *zlo = D2V(zd - V2D(z));
     return z;
 }
-MA_INLINE V op_gelu_tanh(V x, const ma_params *p) {
+/* Fast paths (|x| <= 9, so |z| <= 66): z with a fused multiply-add is within 1.95 ULP, inside the
+ * op's cond tolerance (2 ULP per unit of |z|); the scalar ISA has no fused one and uses double. */
+MA_INLINE V ma_gelu_tanh_zf(V x) {
+#if defined(MA_ISA_SCALAR)
+    return (float)((2.0 * 0.7978845608028654) * ((double)x + 0.044715 * ((double)x * x * x)));
+#else
+    return x * VFMA(VSPLAT(GELU_TANH_2K * GELU_TANH_C), x * x, VSPLAT(GELU_TANH_2K));
+#endif
+}
+MA_INLINE V fast_gelu_tanh(V x, const ma_params *p) { (void)p; return ma_gate_fwd_fast(x, ma_gelu_tanh_zf(x)); }
+MA_INLINE V gen_gelu_tanh(V x, const ma_params *p) {
     (void)p;
     V zlo, z = ma_gelu_tanh_z(ma_clampv(x, -1e5f, 1e5f), &zlo);
     return ma_gate_fwd(x, z, zlo);
 }
-MA_INLINE V op_gelu_tanh_grad(V dy, V x, const ma_params *p) {
+MA_SPLIT_UNARY(gelu_tanh, x, 9.0f)
+MA_INLINE V fast_gelu_tanh_grad(V dy, V x, const ma_params *p) {
+    (void)p;
+    V dz = VSPLAT(GELU_TANH_2K) * (ONE + VSPLAT(3.0f * GELU_TANH_C) * (x * x));
+    return ma_gate_grad_fast(dy, x, ma_gelu_tanh_zf(x), dz);
+}
+MA_INLINE V gen_gelu_tanh_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V xc = ma_clampv(x, -1e5f, 1e5f);
     V dz = VSPLAT(GELU_TANH_2K) * (ONE + VSPLAT(3.0f * GELU_TANH_C) * (xc * xc));
     V zlo, z = ma_gelu_tanh_z(xc, &zlo);
     return ma_gate_grad(dy, xc, z, zlo, dz);
 }
+MA_SPLIT_BINARY(gelu_tanh_grad, x, 9.0f)
 
 /* ---- gelu (erf): x * Phi(x) ---- */
-MA_INLINE V op_gelu(V x, const ma_params *p) {
+/* Fast paths (|x| <= 12): e^(-x^2/2) from the rounded x^2 (within the op's cond tolerance), unscaled. */
+MA_INLINE V ma_normal_cdf_fast(V x, V *pdf) {
+    V e = ma_exp_fast(VSPLAT(-0.5f) * (x * x));
+    *pdf = e * VSPLAT(0.39894228040143268f);
+    V c = VSPLAT(0.5f) * (e * ma_erfc_q(ma_abs(x) * VSPLAT(0.70710678118654752f)));
+    return VSEL(x <= ZERO, c, ONE - c);
+}
+MA_INLINE V fast_gelu(V x, const ma_params *p) {
+    (void)p;
+    V pdf;
+    return x * ma_normal_cdf_fast(x, &pdf);
+}
+MA_INLINE V fast_gelu_grad(V dy, V x, const ma_params *p) {
+    (void)p;
+    V pdf, cdf = ma_normal_cdf_fast(x, &pdf);
+    return dy * (cdf + x * pdf);
+}
+MA_INLINE V gen_gelu(V x, const ma_params *p) {
     (void)p;
     V cK, pK, sc;
     ma_normal_parts(x, &cK, &pK, &sc);
@@ -245,7 +343,8 @@ MA_INLINE V op_gelu(V x, const ma_params *p) {
     V s = VSEL(left, cK, ONE - cK * sc);
     return GATED(x, s) * VSEL(left, sc, ONE);
 }
-MA_INLINE V op_gelu_grad(V dy, V x, const ma_params *p) { /* dy * (cdf + xc * pdf) */
+MA_SPLIT_UNARY(gelu, x, 12.0f)
+MA_INLINE V gen_gelu_grad(V dy, V x, const ma_params *p) { /* dy * (cdf + xc * pdf) */
     (void)p;
     V cK, pK, sc;
     ma_normal_parts(x, &cK, &pK, &sc);
@@ -256,38 +355,53 @@ MA_INLINE V op_gelu_grad(V dy, V x, const ma_params *p) { /* dy * (cdf + xc * pd
     V g = dy * a;
     return VSEL(left, g * sc, g);
 }
+MA_SPLIT_BINARY(gelu_grad, x, 12.0f)
 
 /* ---- mish: x * tanh(softplus(x)), with e = e^-|x| ----
  * x >= 0: t = (1 + 2e) / D, D = 1 + 2e + 2e^2;  x < 0: t = e (e + 2) / D, D = e^2 + 2e + 2.
  * grad = t + x sigmoid(x) sech^2(softplus(x)) = t + 4 x (1 + e) e^(x >= 0 ? 2 : 1) / D^2. */
-MA_INLINE V op_mish(V x, const ma_params *p) {
-    (void)p;
-    V sc;
-    V eK = ma_expneg_k(-ma_abs(x), &sc);
-    V e = eK * sc;
-    VM pos = x >= ZERO;
-    V e2e = e * (e + VSPLAT(2.0f));
-    V tpos = (ONE + (e + e)) / (ONE + (e + e) + (e * e + e * e));
-    V tneg = (eK * (e + VSPLAT(2.0f))) / (e2e + VSPLAT(2.0f));
-    V tm = VSEL(pos, tpos, tneg);
-    return GATED(x, tm) * VSEL(pos, ONE, sc);
+MA_INLINE V ma_mish_t(V e, V eK, VM pos) { /* one division for both signs */
+    V num = VSEL(pos, ONE + (e + e), eK * (e + VSPLAT(2.0f)));
+    V den = VSEL(pos, ONE + (e + e) + (e * e + e * e), e * (e + VSPLAT(2.0f)) + VSPLAT(2.0f));
+    return num / den;
 }
-MA_INLINE V op_mish_grad(V dy, V x, const ma_params *p) {
+MA_INLINE V fast_mish(V x, const ma_params *p) {
+    (void)p;
+    V e = ma_exp_fast(-ma_abs(x));
+    return x * ma_mish_t(e, e, x >= ZERO);
+}
+MA_INLINE V gen_mish(V x, const ma_params *p) {
     (void)p;
     V sc;
     V eK = ma_expneg_k(-ma_abs(x), &sc);
-    V e = eK * sc;
-    V xc = ma_finite(x);
     VM pos = x >= ZERO;
+    return GATED(x, ma_mish_t(eK * sc, eK, pos)) * VSEL(pos, ONE, sc);
+}
+MA_SPLIT_UNARY(mish, x, 80.0f)
+/* xc: x clamped to finite; e = eK * sc, scaled only where x < 0. */
+MA_INLINE V ma_mish_grad_parts(V dy, V xc, V e, V eK, VM pos) {
     V D = VSEL(pos, ONE + (e + e) + (e * e + e * e), e * (e + VSPLAT(2.0f)) + VSPLAT(2.0f));
     V iD = ONE / D;
     V num = VSEL(pos, ONE + (e + e), eK * (e + VSPLAT(2.0f)));
     V tm = num * iD;
     V f = VSEL(pos, e * e, eK); /* scaled only where x < 0 */
     V u = (((xc * f) * VSPLAT(4.0f)) * (ONE + e)) * (iD * iD); /* xc * f first: FLT_MAX * 0 = 0 */
-    V g = dy * (tm + u);
+    return dy * (tm + u);
+}
+MA_INLINE V fast_mish_grad(V dy, V x, const ma_params *p) {
+    (void)p;
+    V e = ma_exp_fast(-ma_abs(x));
+    return ma_mish_grad_parts(dy, x, e, e, x >= ZERO);
+}
+MA_INLINE V gen_mish_grad(V dy, V x, const ma_params *p) {
+    (void)p;
+    V sc;
+    V eK = ma_expneg_k(-ma_abs(x), &sc);
+    VM pos = x >= ZERO;
+    V g = ma_mish_grad_parts(dy, ma_finite(x), eK * sc, eK, pos);
     return VSEL(pos, g, g * sc);
 }
+MA_SPLIT_BINARY(mish_grad, x, 80.0f)
 
 /* ---- tanhshrink: x - tanh(x); |x| < 1: x^3 T(x^2) (2.8 ULP); else sign(x) ((|x| - 1) + 2e / (1 + e)) ---- */
 MA_INLINE V op_tanhshrink(V x, const ma_params *p) {

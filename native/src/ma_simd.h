@@ -37,6 +37,7 @@ typedef int VM;
 #define MOR(a, b) ((a) | (b))
 #define MNOT(a) (!(a))
 #define MASK_I(m, k) ((m) ? (uint32_t)(k) : 0u)
+#define VALL(m) (m)
 static inline VI v_as_i(V v) { VI i; memcpy(&i, &v, 4); return i; }
 static inline V i_as_v(VI i) { V v; memcpy(&v, &i, 4); return v; }
 static inline VI vi_sar1(VI i) { return (VI)((int32_t)i >> 1); }
@@ -65,6 +66,7 @@ typedef int32_t VM __attribute__((vector_size(32)));
 #define VSTREAM(p, v) _mm256_stream_ps((p), (__m256)(v))
 #define VSTREAM_H(p, v) _mm_stream_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
 #define MA_STREAM_FENCE() _mm_sfence()
+#define VALL(m) (_mm256_movemask_ps((__m256)(m)) == 0xff)
 typedef double VD __attribute__((vector_size(64)));
 #define V2D(v) __builtin_convertvector((v), VD)
 #define D2V(d) __builtin_convertvector((d), V)
@@ -84,6 +86,7 @@ typedef int32_t VM __attribute__((vector_size(16)));
 #define VSTORE_H(p, v) vst1_f16((__fp16 *)(p), vcvt_f16_f32((float32x4_t)(v)))
 #define VFMA(a, b, c) ((V)vfmaq_f32((float32x4_t)(c), (float32x4_t)(a), (float32x4_t)(b)))
 #define VSEL(m, a, b) ((V)vbslq_f32((uint32x4_t)(m), (float32x4_t)(a), (float32x4_t)(b)))
+#define VALL(m) (vminvq_u32((uint32x4_t)(m)) != 0)
 typedef double VD __attribute__((vector_size(32)));
 #define V2D(v) __builtin_convertvector((v), VD)
 #define D2V(d) __builtin_convertvector((d), V)
