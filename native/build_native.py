@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 
 from cffi import FFI
@@ -43,21 +44,16 @@ _TABLE_C = "/* Generated from native/kernels.py */\nconst char *ma_kernel_table(
 ) + "        ;\n}\n"
 _write_if_changed(os.path.join(_GEN, "ma_kernel_table.h"), _TABLE_C)
 
-_CDEF = """
-const char *ma_kernel_table(void);
-typedef struct ma_params { float a, b, c, d; int stream; } ma_params;
-int ma_isa_supported(const char *isa);
-void ma_parallel_for(size_t nchunks, void *body, void *ctx, int nthreads);
-size_t ma_chunks_for(size_t n, int nthreads);
-void ma_set_parallel_min(size_t n);
-size_t ma_get_parallel_min(void);
-void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
-                  float a, float b, float c, float d, int nthreads);
-void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize,
-                   float a, float b, float c, float d, int nthreads);
-void ma_f16_to_f32(const uint16_t *h, float *f, size_t n);
-void ma_f32_to_f16(const float *f, uint16_t *h, size_t n);
-"""
+
+
+def _cdef_of(header: str) -> str:
+    """The header's declarations as cffi reads them: no comments, no preprocessor lines."""
+    text = re.sub(r"/\*.*?\*/", "", open(header).read(), flags=re.S)
+    return "\n".join(line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+
+
+# The cdef is ma_native.h itself plus the generated kernel prototypes: the two cannot drift.
+_CDEF = _cdef_of(os.path.join(_SRC, "ma_native.h")) + "\n"
 
 _debug = os.environ.get("MULTIACT_NATIVE_DEBUG", "") not in ("", "0")
 _cflags = ["-std=gnu11", "-ffp-contract=off", "-fno-math-errno"]

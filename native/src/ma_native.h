@@ -14,6 +14,9 @@ typedef struct ma_params {
     int stream; /* set by ma_run_*: the whole call is larger than the caches (non-temporal stores) */
 } ma_params;
 
+/* The kernel table of native/kernels.py, one "op direction dtype isa symbol ..." line per kernel. */
+const char *ma_kernel_table(void);
+
 /* Runtime (ma_runtime.c, ma_pool.c). */
 typedef void (*ma_chunk_fn)(void *ctx, size_t chunk);
 /* Run body(ctx, 0..nchunks-1) on up to nthreads threads (the caller included). */
