@@ -64,14 +64,16 @@ MA_INLINE V ma_expneg_k2(V u, V lo, V *sc) {
     return VSEL(u < VSPLAT(-132.0f), VSPLAT(0.0f), eK);
 }
 
-/* e^u for |u| <= 87 and not NaN: the fast paths' exponential (no clamp, no scaling).  1.5 ULP. */
-MA_INLINE V ma_exp_fast(V u) {
+/* e^(u - d) for |u| <= 87 and not NaN (d a correction below ulp(u); d = 0 folds away): the fast
+ * paths' exponential (no clamp, no scaling).  1.5 ULP. */
+MA_INLINE V ma_exp_fast2(V u, V d) {
     V t = VFMA(u, VSPLAT(MA_LOG2E), VSPLAT(MA_MAGIC));
     V nf = t - VSPLAT(MA_MAGIC);
     V r = VFMA(nf, VSPLAT(-MA_LN2_HI), u); /* exact: nf * LN2_HI has at most 17 bits */
-    r = VFMA(nf, VSPLAT(-MA_LN2_LO), r);
+    r = VFMA(nf, VSPLAT(-MA_LN2_LO), r) - d;
     return (VSPLAT(1.0f) + ma_em1_poly(r)) * ma_pow2i(v_as_i(t) - v_as_i(VSPLAT(MA_MAGIC)));
 }
+MA_INLINE V ma_exp_fast(V u) { return ma_exp_fast2(u, VSPLAT(0.0f)); }
 
 MA_INLINE V ma_expneg_k(V u, V *sc) { return ma_expneg_k2(u, VSPLAT(0.0f), sc); }
 

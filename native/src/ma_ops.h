@@ -231,10 +231,11 @@ MA_INLINE V op_softsign_grad(V dy, V x, const ma_params *p) {
 }
 
 /* ---- x * sigmoid(z) family: silu, swish, fast_gelu, gelu(tanh) ---- */
-/* The fast bodies, for |z| <= 80 (x finite): x / (1 + e^-z) and dy * (s + x s (1 - s) k). */
-MA_INLINE V ma_gate_fwd_fast(V x, V z) { return x / (ONE + ma_exp_fast(-z)); }
-MA_INLINE V ma_gate_grad_fast(V dy, V x, V z, V k) {
-    V e = ma_exp_fast(-z);
+/* The fast bodies, for |z| <= 80 (x finite): x / (1 + e^-z) and dy * (s + x s (1 - s) k), with z
+ * standing for z + zlo. */
+MA_INLINE V ma_gate_fwd_fast(V x, V z, V zlo) { return x / (ONE + ma_exp_fast2(-z, zlo)); }
+MA_INLINE V ma_gate_grad_fast(V dy, V x, V z, V zlo, V k) {
+    V e = ma_exp_fast2(-z, zlo);
     V s = ONE / (ONE + e);
     return dy * (s + ((x * s) * (e * s)) * k);
 }
@@ -258,7 +259,7 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
 }
 /* z = k x; the general bodies clamp x to +-FLT_MAX (inf * 0 stays 0). */
 #define MA_GATE_OPS(name, kexpr)                                                            \
-    MA_INLINE V fast_##name(V x, const ma_params *p) { (void)p; return ma_gate_fwd_fast(x, x * (kexpr)); } \
+    MA_INLINE V fast_##name(V x, const ma_params *p) { (void)p; return ma_gate_fwd_fast(x, x * (kexpr), ZERO); } \
     MA_INLINE V gen_##name(V x, const ma_params *p) {                                       \
         (void)p;                                                                            \
         return ma_gate_fwd(x, ma_finite(x) * (kexpr), ZERO);                                \
@@ -266,7 +267,7 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
     MA_SPLIT_UNARY(name, x * (kexpr), 80.0f)                                                \
     MA_INLINE V fast_##name##_grad(V dy, V x, const ma_params *p) {                         \
         (void)p;                                                                            \
-        return ma_gate_grad_fast(dy, x, x * (kexpr), (kexpr));                              \
+        return ma_gate_grad_fast(dy, x, x * (kexpr), ZERO, (kexpr));                            \
     }                                                                                       \
     MA_INLINE V gen_##name##_grad(V dy, V x, const ma_params *p) {                          \
         (void)p;                                                                            \
@@ -287,16 +288,27 @@ MA_INLINE V ma_gelu_tanh_z(V xc, V *zlo) {
     *zlo = D2V(zd - V2D(z));
     return z;
 }
-/* Fast paths (|x| <= 9, so |z| <= 66): z with a fused multiply-add is within 1.95 ULP, inside the
- * op's cond tolerance (2 ULP per unit of |z|); the scalar ISA has no fused one and uses double. */
-MA_INLINE V ma_gelu_tanh_zf(V x) {
+/* Fast paths (|x| <= 9, so |z| <= 66): z + zlo with z's error within 1.5 ULP (the constants'
+ * and x^2's roundings), inside the op's cond tolerance of 2 ULP per unit of |z|.  With a fused
+ * multiply-add zlo is the product's exact rounding error; the scalar ISA has none and uses double. */
+MA_INLINE V ma_gelu_tanh_zf(V x, V *zlo) {
 #if defined(MA_ISA_SCALAR)
-    return (float)((2.0 * 0.7978845608028654) * ((double)x + 0.044715 * ((double)x * x * x)));
+    double zd = (2.0 * 0.7978845608028654) * ((double)x + 0.044715 * ((double)x * x * x));
+    float z = (float)zd;
+    *zlo = (float)(zd - z);
+    return z;
 #else
-    return x * VFMA(VSPLAT(GELU_TANH_2K * GELU_TANH_C), x * x, VSPLAT(GELU_TANH_2K));
+    V u = VFMA(VSPLAT(GELU_TANH_2K * GELU_TANH_C), x * x, VSPLAT(GELU_TANH_2K));
+    V z = x * u;
+    *zlo = VFMA(x, u, -z);
+    return z;
 #endif
 }
-MA_INLINE V fast_gelu_tanh(V x, const ma_params *p) { (void)p; return ma_gate_fwd_fast(x, ma_gelu_tanh_zf(x)); }
+MA_INLINE V fast_gelu_tanh(V x, const ma_params *p) {
+    (void)p;
+    V zlo, z = ma_gelu_tanh_zf(x, &zlo);
+    return ma_gate_fwd_fast(x, z, zlo);
+}
 MA_INLINE V gen_gelu_tanh(V x, const ma_params *p) {
     (void)p;
     V zlo, z = ma_gelu_tanh_z(ma_clampv(x, -1e5f, 1e5f), &zlo);
@@ -306,7 +318,8 @@ MA_SPLIT_UNARY(gelu_tanh, x, 9.0f)
 MA_INLINE V fast_gelu_tanh_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V dz = VSPLAT(GELU_TANH_2K) * (ONE + VSPLAT(3.0f * GELU_TANH_C) * (x * x));
-    return ma_gate_grad_fast(dy, x, ma_gelu_tanh_zf(x), dz);
+    V zlo, z = ma_gelu_tanh_zf(x, &zlo);
+    return ma_gate_grad_fast(dy, x, z, zlo, dz);
 }
 MA_INLINE V gen_gelu_tanh_grad(V dy, V x, const ma_params *p) {
     (void)p;
