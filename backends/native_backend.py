@@ -53,10 +53,10 @@ def _load() -> dict[str, Any]:
     else:
         isa = runs[0]
     table = {}
-    for op, direction, dtype, row_isa, cname, symbol, signature, params in rows:
+    for op, direction, dtype, row_isa, cname, symbol, signature, params, cost in rows:
         if row_isa == isa:
             table.setdefault((op, direction, dtype), []).append(
-                (cname, symbol, signature, () if params == "-" else tuple(params.split(",")))
+                (cname, symbol, signature, () if params == "-" else tuple(params.split(",")), int(cost))
             )
     _state.update(ok=True, why=f"C kernels, {isa}" + (" (forced)" if forced else ""), lib=lib, ffi=ffi, isa=isa,
                   isas=runs, table=table)
@@ -142,19 +142,22 @@ def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
     lib, ffi = s["lib"], s["ffi"]
     fb = ffi.from_buffer
     elsize = _ELSIZE[dtype]
-    variants = {cname: (ffi.cast("void *", ffi.addressof(lib, sym)), _packer(names)) for cname, sym, _, names in rows}
+    variants = {
+        cname: (ffi.cast("void *", ffi.addressof(lib, sym)), _packer(names), cost)
+        for cname, sym, _, names, cost in rows
+    }
     run = lib.ma_run_binary if binary else lib.ma_run_unary
 
-    def strided(arrays, out, fn, a, b, c, d):
+    def strided(arrays, out, fn, cost, a, b, c, d):
         flat = _flat(*arrays, out)  # Fortran order: flat views in memory order
         if flat is not None:
-            run(fn, *(fb(v) for v in flat), out.size, elsize, a, b, c, d, get_num_threads())
+            run(fn, *(fb(v) for v in flat), out.size, elsize, cost, a, b, c, d, get_num_threads())
             return
         for blocks, ob in _blocks(arrays, out):
-            run(fn, *(fb(v) for v in blocks), fb(ob), ob.size, elsize, a, b, c, d, 1)
+            run(fn, *(fb(v) for v in blocks), fb(ob), ob.size, elsize, cost, a, b, c, d, 1)
 
     if len(variants) == 1:
-        ((fn, pack),) = variants.values()
+        ((fn, pack, cost),) = variants.values()
         const = pack({}) if not rows[0][3] else None
 
         if binary:
@@ -164,9 +167,9 @@ def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
                 try:
                     bu, bv, bo = fb(u), fb(v), fb(out)  # raises unless C-contiguous
                 except ValueError:
-                    return strided((u, v), out, fn, a, b, c, d)
+                    return strided((u, v), out, fn, cost, a, b, c, d)
                 if out.size:
-                    run(fn, bu, bv, bo, out.size, elsize, a, b, c, d, get_num_threads())
+                    run(fn, bu, bv, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
             return k2
 
@@ -175,9 +178,9 @@ def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
             try:
                 bx, bo = fb(x), fb(out)  # raises unless C-contiguous
             except ValueError:
-                return strided((x,), out, fn, a, b, c, d)
+                return strided((x,), out, fn, cost, a, b, c, d)
             if out.size:
-                run(fn, bx, bo, out.size, elsize, a, b, c, d, get_num_threads())
+                run(fn, bx, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
         return k1
 
@@ -185,14 +188,14 @@ def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
 
     def kv(*args):
         *arrays, out, p = args
-        fn, pack = by_approx[p.get("approximate", "none")]
+        fn, pack, cost = by_approx[p.get("approximate", "none")]
         a, b, c, d = pack(p)
         try:
             bufs = [fb(v) for v in (*arrays, out)]
         except ValueError:
-            return strided(tuple(arrays), out, fn, a, b, c, d)
+            return strided(tuple(arrays), out, fn, cost, a, b, c, d)
         if out.size:
-            run(fn, *bufs, out.size, elsize, a, b, c, d, get_num_threads())
+            run(fn, *bufs, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
     return kv
 

@@ -212,6 +212,15 @@ def test_exponential_tails_keep_relative_accuracy(isa):
         assert ulps.max() <= 8, (op, direction, xv, got, ref, ulps)
 
 
+def test_costs_name_real_kernels_and_scale_the_threading_threshold():
+    """Expensive kernels go parallel at fewer elements: the threshold is on elements x cost."""
+    assert set(K.COST) <= set(K.UNARY) | set(K.BINARY)
+    n = lib.ma_get_parallel_min() // 8  # below the minimum as elements, above it as gelu's work
+    assert lib.ma_chunks_for(n, 2) == 1
+    assert lib.ma_chunks_for(n * K.COST["gelu"], 2) > 1
+    assert lib.ma_chunks_for(n * K.COST["gelu"], 1) == 1
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_threads_split_exactly(isa):
     """The OpenMP split gives the same bits as one thread (cut points are whole vectors)."""
@@ -224,7 +233,7 @@ def test_threads_split_exactly(isa):
         outs = []
         for nt in (1, 2, 3):
             y = np.empty_like(x)
-            lib.ma_run_unary(fn, ffi.from_buffer(x), ffi.from_buffer(y), x.size, 4, 0, 0, 0, 0, nt)
+            lib.ma_run_unary(fn, ffi.from_buffer(x), ffi.from_buffer(y), x.size, 4, 1, 0, 0, 0, 0, nt)
             outs.append(y)
     finally:
         lib.ma_set_parallel_min(old)
@@ -304,7 +313,7 @@ def test_pool_under_concurrent_callers_and_for_prelu_and_beta_grad():
 
         def go(i):
             for _ in range(3):
-                lib.ma_run_unary(fn, ffi.from_buffer(xs[i]), ffi.from_buffer(outs[i]), xs[i].size, 4, 0, 0, 0, 0, 2)
+                lib.ma_run_unary(fn, ffi.from_buffer(xs[i]), ffi.from_buffer(outs[i]), xs[i].size, 4, 1, 0, 0, 0, 0, 2)
 
         threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
         for t in threads:
@@ -410,12 +419,12 @@ def test_large_calls_with_streaming_stores_match(dtype):
         out = buf[off_y : off_y + n]
         fn = ffi.cast("void *", ffi.addressof(lib, k.symbol))
         if k.signature == "unary":
-            lib.ma_run_unary(fn, ffi.from_buffer(x), ffi.from_buffer(out), n, x.itemsize, 0, 0, 0, 0, 1)
+            lib.ma_run_unary(fn, ffi.from_buffer(x), ffi.from_buffer(out), n, x.itemsize, 1, 0, 0, 0, 0, 1)
         else:
             lib.ma_run_binary(fn, ffi.from_buffer(x), ffi.from_buffer(x), ffi.from_buffer(out), n, x.itemsize,
-                              0, 0, 0, 0, 1)
+                              1, 0, 0, 0, 0, 1)
         np.testing.assert_array_equal(out, want, err_msg=f"{cname} offsets {off_x},{off_y}")
         if k.signature == "unary":
             inplace = x.copy()
-            lib.ma_run_unary(fn, ffi.from_buffer(inplace), ffi.from_buffer(inplace), n, x.itemsize, 0, 0, 0, 0, 1)
+            lib.ma_run_unary(fn, ffi.from_buffer(inplace), ffi.from_buffer(inplace), n, x.itemsize, 1, 0, 0, 0, 0, 1)
             np.testing.assert_array_equal(inplace, want)

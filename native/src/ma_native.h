@@ -21,14 +21,17 @@ const char *ma_kernel_table(void);
 typedef void (*ma_chunk_fn)(void *ctx, size_t chunk);
 /* Run body(ctx, 0..nchunks-1) on up to nthreads threads (the caller included). */
 void ma_parallel_for(size_t nchunks, ma_chunk_fn body, void *ctx, int nthreads);
-/* Chunks for n elements on nthreads: 1 below ma_get_parallel_min(), else a few per thread. */
-size_t ma_chunks_for(size_t n, int nthreads);
+/* Chunks for `work` units (elements x the kernel's cost) on nthreads: 1 below
+ * ma_get_parallel_min(), else a few per thread. */
+size_t ma_chunks_for(size_t work, int nthreads);
 int ma_isa_supported(const char *isa);
-void ma_set_parallel_min(size_t n);
+void ma_set_parallel_min(size_t work);
 size_t ma_get_parallel_min(void);
-void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
+/* One elementwise call of n elements; cost: the kernel's time per element relative to a copy
+ * (native/kernels.py's COST), so that expensive kernels go parallel at smaller sizes. */
+void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, unsigned cost,
                   float a, float b, float c, float d, int nthreads);
-void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize,
+void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
                    float a, float b, float c, float d, int nthreads);
 void ma_f16_to_f32(const uint16_t *h, float *f, size_t n);
 void ma_f32_to_f16(const float *f, uint16_t *h, size_t n);

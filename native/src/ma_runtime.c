@@ -37,18 +37,18 @@ int ma_isa_supported(const char *isa) {
 /* Results larger than this skip the caches (streaming stores): they would only evict the inputs. */
 #define MA_STREAM_BYTES ((size_t)8 << 20)
 
-/* Below this many elements a call stays on the calling thread (measured: benchmarks/). */
+/* Below this much work (elements x cost) a call stays on the calling thread (measured: benchmarks/). */
 static size_t parallel_min = 1u << 18;
-void ma_set_parallel_min(size_t n) { parallel_min = n; }
+void ma_set_parallel_min(size_t work) { parallel_min = work; }
 size_t ma_get_parallel_min(void) { return parallel_min; }
 
 typedef void (*unary_fn)(const void *, void *, size_t, const ma_params *);
 typedef void (*binary_fn)(const void *, const void *, void *, size_t, const ma_params *);
 
-size_t ma_chunks_for(size_t n, int nthreads) {
-    if (nthreads <= 1 || n < parallel_min) return 1;
-    /* chunks of ~32K elements: a helper preempted mid-chunk holds the call up for one chunk only */
-    size_t c = n / 32768;
+size_t ma_chunks_for(size_t work, int nthreads) {
+    if (nthreads <= 1 || work < parallel_min) return 1;
+    /* chunks of ~32K units: a helper preempted mid-chunk holds the call up for one chunk only */
+    size_t c = work / 32768;
     if (c < (size_t)nthreads) c = (size_t)nthreads;
     return c > 4096 ? 4096 : c;
 }
@@ -83,9 +83,11 @@ static void binary_chunk(void *ctx, size_t i) {
     if (hi > lo) ((binary_fn)j->fn)(j->u + lo * e, j->v + lo * e, j->out + lo * e, hi - lo, &j->p);
 }
 
-void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
+static size_t work_of(size_t n, unsigned cost) { return n > SIZE_MAX / 64 ? SIZE_MAX : n * (cost ? cost : 1); }
+
+void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, unsigned cost,
                   float a, float b, float c, float d, int nthreads) {
-    ew_job j = {fn, x, NULL, y, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
+    ew_job j = {fn, x, NULL, y, n, ma_chunks_for(work_of(n, cost), nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
         ((unary_fn)fn)(x, y, n, &j.p);
         return;
@@ -93,9 +95,9 @@ void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize,
     ma_parallel_for(j.chunks, unary_chunk, &j, nthreads);
 }
 
-void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize,
+void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
                    float a, float b, float c, float d, int nthreads) {
-    ew_job j = {fn, u, v, out, n, ma_chunks_for(n, nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
+    ew_job j = {fn, u, v, out, n, ma_chunks_for(work_of(n, cost), nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
         ((binary_fn)fn)(u, v, out, n, &j.p);
         return;
