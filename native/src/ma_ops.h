@@ -259,7 +259,10 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
 }
 /* z = k x; the general bodies clamp x to +-FLT_MAX (inf * 0 stays 0). */
 #define MA_GATE_OPS(name, kexpr)                                                            \
-    MA_INLINE V fast_##name(V x, const ma_params *p) { (void)p; return ma_gate_fwd_fast(x, x * (kexpr), ZERO); } \
+    MA_INLINE V fast_##name(V x, const ma_params *p) {                                      \
+        (void)p;                                                                            \
+        return ma_gate_fwd_fast(x, x * (kexpr), ZERO);                                      \
+    }                                                                                       \
     MA_INLINE V gen_##name(V x, const ma_params *p) {                                       \
         (void)p;                                                                            \
         return ma_gate_fwd(x, ma_finite(x) * (kexpr), ZERO);                                \
@@ -267,7 +270,7 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
     MA_SPLIT_UNARY(name, x * (kexpr), 80.0f)                                                \
     MA_INLINE V fast_##name##_grad(V dy, V x, const ma_params *p) {                         \
         (void)p;                                                                            \
-        return ma_gate_grad_fast(dy, x, x * (kexpr), ZERO, (kexpr));                            \
+        return ma_gate_grad_fast(dy, x, x * (kexpr), ZERO, (kexpr));                        \
     }                                                                                       \
     MA_INLINE V gen_##name##_grad(V dy, V x, const ma_params *p) {                          \
         (void)p;                                                                            \
