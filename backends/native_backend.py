@@ -210,6 +210,9 @@ def _channels(x: np.ndarray, weight: np.ndarray, axis: int, order: str) -> tuple
 
 
 def _order(*arrays: np.ndarray) -> str | None:
+    """'C' or 'F' when all arrays are contiguous in that order and aligned (C dereferences), else None."""
+    if not all(a.flags.aligned for a in arrays):
+        return None
     if all(a.flags.c_contiguous for a in arrays):
         return "C"
     if all(a.flags.f_contiguous for a in arrays):
@@ -277,7 +280,7 @@ def _swish_beta_grad(s: dict, symbol: str, dtype: str) -> Callable:
 
     def k(dy, x, p):
         beta = float(np.float32(p["beta"]))
-        flat = _flat(dy, x)
+        flat = _flat(dy, x) if dy.flags.aligned and x.flags.aligned else None
         if flat is not None:
             return float(fn(ffi.from_buffer(ct, flat[0]), ffi.from_buffer(ct, flat[1]), x.size, beta,
                             get_num_threads()))
@@ -285,7 +288,7 @@ def _swish_beta_grad(s: dict, symbol: str, dtype: str) -> Callable:
         it = np.nditer((dy, x), flags=["external_loop", "buffered", "zerosize_ok"], buffersize=_BLOCK)
         with it:
             for db, xb in it:
-                db, xb = np.ascontiguousarray(db), np.ascontiguousarray(xb)
+                db, xb = np.require(db, requirements="CA"), np.require(xb, requirements="CA")
                 total += float(fn(ffi.from_buffer(ct, db), ffi.from_buffer(ct, xb), xb.size, beta, 1))
         return total
 

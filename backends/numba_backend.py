@@ -145,8 +145,8 @@ def _reduce_call(pair, arrays, a) -> float:
         import numba
 
         numba.set_num_threads(_threads())
-        return float(pair.parallel()(*arrays, a, 0.0))
-    return float(pair.serial()(*arrays, a, 0.0))
+        return float(pair.call(True, *arrays, a, 0.0))
+    return float(pair.call(False, *arrays, a, 0.0))
 
 
 def _swish_beta_grad(dy, x, p) -> float:
@@ -193,22 +193,26 @@ def _threads() -> int:
     return max(1, min(get_num_threads(), numba.config.NUMBA_NUM_THREADS))
 
 
-def _dispatch(pair, arrays, a, b) -> None:
+def _dispatch(pair, arrays, a, b, parallel: bool | None = None) -> None:
     """Run the serial or the parallel compiled loop on contiguous 1-D arrays."""
-    n = arrays[0].shape[0]
-    if n >= _PAR_MIN:
-        t = _threads()
-        if t > 1:
-            import numba
+    if parallel is None:
+        parallel = arrays[0].shape[0] >= _PAR_MIN and _threads() > 1
+    if parallel and arrays[0].shape[0] >= _PAR_MIN:
+        import numba
 
-            numba.set_num_threads(t)
-            pair.parallel()(*arrays, a, b)
-            return
-    pair.serial()(*arrays, a, b)
+        numba.set_num_threads(_threads())
+        pair.call(True, *arrays, a, b)
+        return
+    pair.call(False, *arrays, a, b)
 
 
 def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -> None:
-    """Apply the compiled loop for `key` elementwise over ins -> out (any strides, any float dtype)."""
+    """Apply the compiled loop for `key` elementwise over ins -> out (any strides, any float dtype).
+
+    Nothing is written to out unless the loops compile: the flat path compiles at its one call;
+    the blocked path compiles every loop it will use before the iterator exists (closing an
+    iterator flushes its output buffer into out, even after an error).
+    """
     if out.size == 0:
         return
     pair = _loops(key)
@@ -219,10 +223,13 @@ def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -
             _dispatch(pair, flats, a, b)
             return
     wdt = np.float64 if out.dtype == np.float64 else np.float32
+    parallel = out.size >= _PAR_MIN and _threads() > 1
+    pair.compile_blocks(len(ins), wdt, parallel)
     it = np.nditer(
         (*ins, out),
         flags=["external_loop", "buffered", "zerosize_ok", "grow_inner"],
-        op_flags=[["readonly"]] * len(ins) + [["writeonly"]],
+        # contiguous blocks, so that every block has the one signature compiled above
+        op_flags=[["readonly", "contig"]] * len(ins) + [["writeonly", "contig"]],
         op_dtypes=[wdt] * (len(ins) + 1),
         casting="same_kind",
         buffersize=_BLOCK,
@@ -230,7 +237,7 @@ def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -
     )
     with it:
         for chunk in it:
-            _dispatch(pair, chunk, a, b)
+            _dispatch(pair, chunk, a, b, parallel)
 
 
 # ---- the formulas -----------------------------------------------------------------------------------
@@ -254,21 +261,53 @@ def _formulas(dtype: str):
 
 
 class _LoopPair:
-    """The serial and parallel compiled loops around one scalar formula, each compiled on first use."""
+    """The serial and parallel compiled loops around one scalar formula, each compiled on first use.
+
+    A loop that fails to build or compile is dropped, not kept: numba remembers a failed typing
+    per dispatcher, so a kept one would fail for good, even once the cause is gone.
+    """
 
     def __init__(self, scalar: Callable, arity: int, tag: str):
         self.scalar, self.arity, self.tag = scalar, arity, tag
-        self._serial = self._parallel = None
+        self._loops: list = [None, None]  # serial, parallel
+        self._blocks: set = set()  # (parallel, dtype) whose block signature is compiled
 
-    def serial(self):
-        if self._serial is None:
-            self._serial = _make_loop(self.scalar, self.arity, False, self.tag)
-        return self._serial
+    def loop(self, parallel: bool):
+        loop = self._loops[parallel]
+        if loop is None:
+            loop = self._loops[parallel] = _make_loop(self.scalar, self.arity, parallel, self.tag)
+        return loop
 
-    def parallel(self):
-        if self._parallel is None:
-            self._parallel = _make_loop(self.scalar, self.arity, True, self.tag)
-        return self._parallel
+    def _forget(self, parallel: bool, loop) -> None:
+        if self._loops[parallel] is loop:
+            self._loops[parallel] = None
+            self._blocks = {k for k in self._blocks if k[0] != parallel}
+
+    def call(self, parallel: bool, *args):
+        """Run a loop; if it raises (in nopython code only compilation can), drop it."""
+        loop = self.loop(parallel)
+        try:
+            return loop(*args)
+        except BaseException:
+            self._forget(parallel, loop)
+            raise
+
+    def compile_blocks(self, nin: int, wdt, parallel: bool) -> None:
+        """Compile the serial loop (and the parallel one) for the blocked path's contiguous blocks."""
+        for par in (False, True) if parallel else (False,):
+            if (par, wdt) in self._blocks:
+                continue
+            from numba import float64, from_dtype, types
+
+            t = from_dtype(np.dtype(wdt))
+            sig = (types.Array(t, 1, "C", readonly=True),) * nin + (types.Array(t, 1, "C"), float64, float64)
+            loop = self.loop(par)
+            try:
+                loop.compile(sig)
+            except BaseException:
+                self._forget(par, loop)
+                raise
+            self._blocks.add((par, wdt))
 
 
 _LOOP = "def {name}({args}a, b):\n    for i in prange({first}.shape[0]):\n        out[i] = {g}({items}a, b)\n"

@@ -305,4 +305,6 @@ def explain(spec: OpSpec, direction: str, a: Any, backend: str | None = None) ->
         return f"{spec.name} {direction} on {kind} {dtype} arrays: cannot run: {e}"
     lines = [f"{spec.name} {direction} on {kind} {dtype} arrays -> {mod.NAME}"]
     lines += [f"  {n}" for n in notes]
+    # fall-through happens only here, at selection; a kernel that fails is never retried elsewhere
+    lines.append(f"  an error raised while {mod.NAME} runs reaches the caller; no other backend is tried")
     return "\n".join(lines)

@@ -1,4 +1,5 @@
-"""The C harness of the native kernels, from the test command: host SIMD, NEON under qemu, sanitizers.
+"""The C harness of the native kernels, from the test command: host SIMD, NEON under qemu, sanitizers;
+and the built extension itself under the sanitizers.
 
 Each runs a script of scripts/ (usable by hand too); a missing tool is a skip that says what to install.
 """
@@ -55,13 +56,26 @@ def test_neon_kernels_under_qemu_with_and_without_fp16():
     _run("bash", "scripts/test_neon_qemu.sh")
 
 
-@pytest.mark.skipif(not X86, reason="sanitized harness runs for the host ISA (x86-64 here)")
-def test_kernels_under_address_and_undefined_behaviour_sanitizers():
+def _require_sanitizers() -> None:
     probe = subprocess.run(["gcc", "-fsanitize=address,undefined", "-x", "c", "-", "-o", "/dev/null"],
                            input="int main(void){return 0;}", capture_output=True, text=True)
     if probe.returncode != 0:
         pytest.skip("gcc cannot link -fsanitize=address,undefined here (libasan/libubsan missing)")
+
+
+@pytest.mark.skipif(not X86, reason="sanitized harness runs for the host ISA (x86-64 here)")
+def test_kernels_under_address_and_undefined_behaviour_sanitizers():
+    _require_sanitizers()
     _run("bash", "scripts/test_native_sanitize.sh")
+
+
+def test_extension_under_address_and_undefined_behaviour_sanitizers(pytestconfig, tmp_path):
+    """multiact._native itself, built with MULTIACT_NATIVE_DEBUG=1, driven from CPython with libasan preloaded:
+    the harness cannot see the cffi glue, the Python-side layouts or the thread pool as Python calls it.
+    The build is kept in pytest's cache and reused while sources and flags are unchanged."""
+    _require_sanitizers()
+    build_dir = pytestconfig.cache.mkdir("native-sanitized") if pytestconfig.cache else tmp_path
+    _run(sys.executable, "scripts/native_sanitized.py", str(build_dir))
 
 
 @pytest.mark.skipif(not (X86 and _avx2()) or shutil.which("valgrind") is None, reason="needs valgrind and AVX2")

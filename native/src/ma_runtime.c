@@ -1,4 +1,5 @@
 /* Runtime pieces shared by every ISA: CPU feature tests, the threaded drivers, half conversion. */
+#include <stdint.h>
 #include <string.h>
 
 #include "ma_half.h"
@@ -69,18 +70,41 @@ typedef struct {
     ma_params p;
 } ew_job;
 
-static void unary_chunk(void *ctx, size_t i) {
+/* Elements [lo, hi) of a job.  NumPy allows a float32 array at any byte offset, but C may not load
+ * a float from one (the scalar kernels dereference; gcc may vectorise assuming alignment): arrays
+ * off their element alignment go through aligned blocks, which round exactly like the rest. */
+#define MA_BOUNCE 1024
+static void run_span(const ew_job *j, size_t lo, size_t hi) {
+    size_t e = j->elsize, n = hi - lo;
+    const char *u = j->u + lo * e, *v = j->v ? j->v + lo * e : NULL;
+    char *out = j->out + lo * e;
+    if (n == 0) return;
+    if (((uintptr_t)u % e | (uintptr_t)(v ? v : u) % e | (uintptr_t)out % e) == 0) {
+        if (v) ((binary_fn)j->fn)(u, v, out, n, &j->p);
+        else ((unary_fn)j->fn)(u, out, n, &j->p);
+        return;
+    }
+    ma_params p = j->p;
+    p.stream = 0;
+    _Alignas(64) char bu[MA_BOUNCE * 4], bv[MA_BOUNCE * 4], by[MA_BOUNCE * 4];
+    for (size_t i = 0; i < n; i += MA_BOUNCE) {
+        size_t m = n - i < MA_BOUNCE ? n - i : MA_BOUNCE;
+        memcpy(bu, u + i * e, m * e);
+        if (v) {
+            memcpy(bv, v + i * e, m * e);
+            ((binary_fn)j->fn)(bu, bv, by, m, &p);
+        } else {
+            ((unary_fn)j->fn)(bu, by, m, &p);
+        }
+        memcpy(out + i * e, by, m * e);
+    }
+}
+
+static void span_chunk(void *ctx, size_t i) {
     ew_job *j = ctx;
     size_t lo, hi;
     cut(j->n, j->chunks, i, &lo, &hi);
-    if (hi > lo) ((unary_fn)j->fn)(j->u + lo * j->elsize, j->out + lo * j->elsize, hi - lo, &j->p);
-}
-
-static void binary_chunk(void *ctx, size_t i) {
-    ew_job *j = ctx;
-    size_t lo, hi, e = j->elsize;
-    cut(j->n, j->chunks, i, &lo, &hi);
-    if (hi > lo) ((binary_fn)j->fn)(j->u + lo * e, j->v + lo * e, j->out + lo * e, hi - lo, &j->p);
+    run_span(j, lo, hi);
 }
 
 static size_t work_of(size_t n, unsigned cost) { return n > SIZE_MAX / 64 ? SIZE_MAX : n * (cost ? cost : 1); }
@@ -89,20 +113,20 @@ void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, uns
                   float a, float b, float c, float d, int nthreads) {
     ew_job j = {fn, x, NULL, y, n, ma_chunks_for(work_of(n, cost), nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
-        ((unary_fn)fn)(x, y, n, &j.p);
+        run_span(&j, 0, n);
         return;
     }
-    ma_parallel_for(j.chunks, unary_chunk, &j, nthreads);
+    ma_parallel_for(j.chunks, span_chunk, &j, nthreads);
 }
 
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
                    float a, float b, float c, float d, int nthreads) {
     ew_job j = {fn, u, v, out, n, ma_chunks_for(work_of(n, cost), nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
-        ((binary_fn)fn)(u, v, out, n, &j.p);
+        run_span(&j, 0, n);
         return;
     }
-    ma_parallel_for(j.chunks, binary_chunk, &j, nthreads);
+    ma_parallel_for(j.chunks, span_chunk, &j, nthreads);
 }
 
 void ma_f16_to_f32(const uint16_t *h, float *f, size_t n) {
