@@ -220,10 +220,9 @@ def _order(*arrays: np.ndarray) -> str | None:
     return None
 
 
-def _numpy_fallback(op: str, direction: str, dtype: str) -> Callable:
-    from multiact.backends import numpy_backend
-
-    return numpy_backend.kernel(op, direction, dtype)
+def _c_order(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Aligned C-contiguous copies of arrays that are strided or misaligned (prelu's C needs a layout)."""
+    return tuple(np.require(a, requirements="CA") for a in arrays)
 
 
 def _prelu(s: dict, symbol: str, dtype: str, op: str, direction: str) -> Callable:
@@ -231,15 +230,18 @@ def _prelu(s: dict, symbol: str, dtype: str, op: str, direction: str) -> Callabl
 
     lib, ffi = s["lib"], s["ffi"]
     fn, ct = getattr(lib, symbol), _CTYPE[dtype]
-    fallback = _numpy_fallback(op, direction, dtype)
 
     def run(dy, x, out, p):
         if out.size == 0:
             return
         arrays = (x, out) if dy is None else (dy, x, out)
         order = _order(*arrays)
-        if order is None:
-            return fallback(*arrays, p)
+        if order is None:  # run on contiguous copies, then write out once
+            ins = _c_order(*arrays[:-1])
+            tmp = np.empty(out.shape, out.dtype)
+            run(None if dy is None else ins[0], ins[-1], tmp, p)
+            out[...] = tmp
+            return
         w = p["weight"]
         outer, c, inner = _channels(x, w, p["axis"], order)
         w32 = np.ascontiguousarray(w.reshape(-1), dtype=np.float32)
@@ -255,13 +257,12 @@ def _prelu(s: dict, symbol: str, dtype: str, op: str, direction: str) -> Callabl
 def _prelu_weight_grad(s: dict, symbol: str, dtype: str) -> Callable:
     lib, ffi = s["lib"], s["ffi"]
     fn, ct = getattr(lib, symbol), _CTYPE[dtype]
-    fallback = _numpy_fallback("prelu", "param_grad", dtype)
 
     def k(dy, x, p):
         w = p["weight"]
         order = _order(dy, x)
         if order is None:
-            return fallback(dy, x, p)
+            return k(*_c_order(dy, x), p)
         outer, c, inner = _channels(x, w, p["axis"], order)
         acc = np.zeros(c, dtype=np.float64)
         if x.size:
