@@ -86,7 +86,11 @@ def {name}(x{pre}, *, out=None, backend=None):
         hit = _cache.get(('forward', x.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
         if hit is not None and (out is None or out is x or _out_ok(out, x)):
             res = _empty_like(x) if out is None else out
-            _run_fast(hit, (x, res))
+            try:
+                hit.kernel(x, res, hit.p)
+            except Exception as e:
+                _annotate(e, hit)
+                raise
             return res
     return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)
 """
@@ -97,7 +101,11 @@ def {name}_grad(dy, x{xdef}{pre}, *, {ykw}out=None, backend=None):
         hit = _cache.get(('backward', x.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
         if hit is not None and (out is None or out is dy or out is x or _out_ok(out, x, dy)):
             res = _empty_like(x) if out is None else out
-            _run_fast(hit, (dy, x, res))
+            try:
+                hit.kernel(dy, x, res, hit.p)
+            except Exception as e:
+                _annotate(e, hit)
+                raise
             return res
     return _grad(_spec, dy, x, {y}, {pdict}, out, backend)
 """
@@ -110,7 +118,7 @@ def _make(spec: OpSpec) -> dict[str, Any]:
     ns: dict[str, Any] = {
         "_spec": spec, "_call": dispatch.call, "_grad": _grad, "_nd": np.ndarray, "_empty_like": np.empty_like,
         "_cache": dispatch.fast_cache(spec), "_scope": registry._scope, "_reg": registry,
-        "_out_ok": dispatch.out_ok, "_run_fast": dispatch.run_fast,
+        "_out_ok": dispatch.out_ok, "_annotate": dispatch.annotate,
     }
     if spec.name == "prelu":  # an array parameter: always the general path
         src = [

@@ -160,19 +160,29 @@ def clear_fast_caches() -> None:
 
 
 def out_ok(out: Any, *inputs: np.ndarray) -> bool:
-    """True when out is a fresh, writeable NumPy array matching the inputs (else the slow path judges)."""
+    """True when out is a fresh, writeable NumPy array matching the inputs (else the slow path judges).
+
+    Written as plain branches and loops: it runs on every out= call of the hot path.
+    """
     x = inputs[-1]
-    return (
-        type(out) is np.ndarray
-        and out.dtype == x.dtype
-        and out.shape == x.shape
-        and out.flags.writeable
-        # two arrays that each own their memory cannot overlap; views need the real check
-        and (
-            (out.base is None and all(a.base is None for a in inputs))
-            or not any(np.may_share_memory(out, a) for a in inputs)
-        )
-    )
+    if type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape or not out.flags.writeable:
+        return False
+    if out.base is None:  # two arrays that each own their memory cannot overlap; views need the real check
+        for a in inputs:
+            if a.base is not None:
+                break
+        else:
+            return True
+    for a in inputs:
+        if np.may_share_memory(out, a):
+            return False
+    return True
+
+
+def annotate(e: BaseException, hit: _Fast) -> None:
+    """Name the backend and the call on an error from a kernel (its type is kept)."""
+    if hasattr(e, "add_note"):
+        e.add_note(f"multiact: raised by backend {hit.mod.NAME!r} running {hit.what}")
 
 
 def run_fast(hit: _Fast, args: tuple) -> Any:
@@ -180,8 +190,7 @@ def run_fast(hit: _Fast, args: tuple) -> Any:
     try:
         return hit.kernel(*args, hit.p)
     except Exception as e:
-        if hasattr(e, "add_note"):
-            e.add_note(f"multiact: raised by backend {hit.mod.NAME!r} running {hit.what}")
+        annotate(e, hit)
         raise
 
 
