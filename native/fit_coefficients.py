@@ -52,14 +52,6 @@ def main() -> None:
     err = np.abs(got[::50].astype(np.float64) - ref) / np.spacing(np.abs(ref).astype(np.float32))
     print("  expm1(r) max err ulp", err.max())
 
-    # tanh(x) = x + x^3 Q(x^2), |x| <= 0.625
-    Q = fit(lambda x: (mp.tanh(x) - x) / x**3 if x != 0 else mp.mpf(-1) / 3, 1e-6, 0.63, 5, var=lambda x: x * x)
-    report("tanh Q", Q)
-    x = np.linspace(1e-4, 0.63, 20001).astype(np.float32)
-    got = x + x * x * x * horner32(Q, x * x)
-    ref = np.array([float(mp.tanh(mp.mpf(float(v)))) for v in x])
-    print("  tanh max err ulp", (np.abs(got - ref) / np.spacing(ref.astype(np.float32))).max())
-
     # log1p(u) = 2 atanh(s), s = u / (2 + u) in [0, 1/3]: 2s + s^3 R(s^2)
     R = fit(lambda s: (2 * mp.atanh(s) - 2 * s) / s**3 if s != 0 else mp.mpf(2) / 3, 1e-6, 0.34, 4, var=lambda s: s * s)
     report("log1p R", R)

@@ -64,14 +64,20 @@ MA_INLINE V ma_expneg_k2(V u, V lo, V *sc) {
     return VSEL(u < VSPLAT(-132.0f), VSPLAT(0.0f), eK);
 }
 
-/* e^(u - d) for |u| <= 87 and not NaN (d a correction below ulp(u); d = 0 folds away): the fast
- * paths' exponential (no clamp, no scaling).  1.5 ULP. */
-MA_INLINE V ma_exp_fast2(V u, V d) {
+/* The fast paths' exponential (no clamp, no scaling), for |u| <= 87 and not NaN, d a correction
+ * below ulp(u) (d = 0 folds away): u - d = n ln2 + r; returns e^r - 1 and sets s = 2^n, so that
+ * e^(u - d) = s + s (e^r - 1) (1.5 ULP) and e^(u - d) - 1 = s (e^r - 1) + (s - 1). */
+MA_INLINE V ma_exp_split(V u, V d, V *s) {
     V t = VFMA(u, VSPLAT(MA_LOG2E), VSPLAT(MA_MAGIC));
     V nf = t - VSPLAT(MA_MAGIC);
     V r = VFMA(nf, VSPLAT(-MA_LN2_HI), u); /* exact: nf * LN2_HI has at most 17 bits */
     r = VFMA(nf, VSPLAT(-MA_LN2_LO), r) - d;
-    return (VSPLAT(1.0f) + ma_em1_poly(r)) * ma_pow2i(v_as_i(t) - v_as_i(VSPLAT(MA_MAGIC)));
+    *s = ma_pow2i(v_as_i(t) - v_as_i(VSPLAT(MA_MAGIC)));
+    return ma_em1_poly(r);
+}
+MA_INLINE V ma_exp_fast2(V u, V d) {
+    V s, em = ma_exp_split(u, d, &s);
+    return (VSPLAT(1.0f) + em) * s;
 }
 MA_INLINE V ma_exp_fast(V u) { return ma_exp_fast2(u, VSPLAT(0.0f)); }
 
@@ -121,13 +127,8 @@ MA_INLINE V ma_finite(V x) { return ma_clampv(x, -MA_FLT_MAX, MA_FLT_MAX); }
  * one expm1 serves every |x| (no cancellation near 0), NaN passes through.  2.5 ULP. */
 MA_INLINE V ma_tanh(V x) {
     V a = ma_abs(x);
-    V u = VSPLAT(-2.0f) * VSEL(a > VSPLAT(9.5f), VSPLAT(9.5f), a);
-    V t = VFMA(u, VSPLAT(MA_LOG2E), VSPLAT(MA_MAGIC));
-    V nf = t - VSPLAT(MA_MAGIC);
-    V r = VFMA(nf, VSPLAT(-MA_LN2_HI), u);
-    r = VFMA(nf, VSPLAT(-MA_LN2_LO), r);
-    V s = ma_pow2i(v_as_i(t) - v_as_i(VSPLAT(MA_MAGIC))); /* 2^n, n in [-28, 0] */
-    V m = VFMA(s, ma_em1_poly(r), s - VSPLAT(1.0f));
+    V s, em = ma_exp_split(VSPLAT(-2.0f) * VSEL(a > VSPLAT(9.5f), VSPLAT(9.5f), a), VSPLAT(0.0f), &s);
+    V m = VFMA(s, em, s - VSPLAT(1.0f)); /* s = 2^n, n in [-28, 0] */
     return ma_copysign(m / (VSPLAT(-2.0f) - m), x);
 }
 
