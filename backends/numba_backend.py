@@ -12,8 +12,9 @@ in-place call never allocates a result-sized temporary.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from functools import cache, lru_cache
+from functools import lru_cache, wraps
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,30 @@ KINDS = ("numpy",)
 _PAR_MIN = 1 << 16  # below this many elements the serial loop wins (no pool wake-up)
 _BLOCK = 1 << 16  # elements per buffered block (float16 / non-contiguous)
 _DTYPES = ("float16", "float32", "float64")
+
+
+def _once(fn: Callable) -> Callable:
+    """functools.cache for one hashable argument, built once even when threads ask at the same time
+    (a duplicate loop pair would compile its loops a second time)."""
+    memo: dict = {}
+    lock = threading.Lock()
+
+    @wraps(fn)
+    def get(key):
+        try:
+            return memo[key]
+        except KeyError:
+            with lock:
+                if key not in memo:
+                    memo[key] = fn(key)
+                return memo[key]
+
+    def cache_clear() -> None:
+        with lock:
+            memo.clear()
+
+    get.cache_clear = cache_clear
+    return get
 
 
 # ---- availability -------------------------------------------------------------------------------
@@ -130,7 +155,7 @@ def _reduce(key: str, dy: np.ndarray, x: np.ndarray, a: float) -> float:
     if chunks is None:
         it = np.nditer(
             (dy, x), flags=["external_loop", "buffered", "zerosize_ok", "grow_inner"],
-            op_flags=[["readonly"], ["readonly"]], op_dtypes=[np.float64, np.float64],
+            op_flags=[["readonly", "contig"], ["readonly", "contig"]], op_dtypes=[np.float64, np.float64],
             casting="safe", buffersize=_BLOCK, order="K",
         )
         with it:
@@ -141,6 +166,7 @@ def _reduce(key: str, dy: np.ndarray, x: np.ndarray, a: float) -> float:
 
 
 def _reduce_call(pair, arrays, a) -> float:
+    arrays = _inputs(arrays)
     if arrays[0].shape[0] >= _PAR_MIN and _threads() > 1:
         import numba
 
@@ -165,7 +191,7 @@ def _prelu_weight_grad(dy, x, p) -> np.ndarray:
     return sums.reshape(w.shape)
 
 
-@cache
+@_once
 def _reductions(key: str) -> _LoopPair:
     from . import formulas
 
@@ -193,8 +219,27 @@ def _threads() -> int:
     return max(1, min(get_num_threads(), numba.config.NUMBA_NUM_THREADS))
 
 
+def _inputs(arrays) -> tuple:
+    """Read-only views of the input arrays, so that every call reaches a loop with one signature.
+
+    numba compiles a specialisation per argument type, and an array's type includes whether it is
+    writable: a user's array is, an `np.nditer` read buffer is not.  Without this most loops were
+    compiled twice (float32 and float16 calls reach the same float32 loop), a second or more each.
+    """
+    out = []
+    for v in arrays:
+        if v.flags.writeable:
+            v = v.view()
+            v.flags.writeable = False
+        out.append(v)
+    return tuple(out)
+
+
 def _dispatch(pair, arrays, a, b, parallel: bool | None = None) -> None:
-    """Run the serial or the parallel compiled loop on contiguous 1-D arrays."""
+    """Run the serial or the parallel compiled loop on contiguous 1-D arrays (inputs..., out).
+
+    The inputs are passed read-only, as `compile_blocks` compiles them: one signature per loop."""
+    arrays = (*_inputs(arrays[:-1]), arrays[-1])
     if parallel is None:
         parallel = arrays[0].shape[0] >= _PAR_MIN and _threads() > 1
     if parallel and arrays[0].shape[0] >= _PAR_MIN:
@@ -243,7 +288,7 @@ def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -
 # ---- the formulas -----------------------------------------------------------------------------------
 
 
-@cache
+@_once
 def _formulas(dtype: str):
     """The formulas of `formulas.py`, compiled for the CPU: float32 against `numba_math` (vectorisable),
     float64 against libm (mirroring the reference)."""
@@ -263,25 +308,39 @@ def _formulas(dtype: str):
 class _LoopPair:
     """The serial and parallel compiled loops around one scalar formula, each compiled on first use.
 
+    The parallel loop of an elementwise formula is a `prange` over blocks of `_PAR_BLOCK` elements that
+    calls the serial loop on each block: it compiles in about a second (a parfor around the inlined
+    formula took 2-4x the serial loop's time, 10 s and more for mish), and every element goes through
+    the serial loop's machine code whatever the number of threads.
+
     A loop that fails to build or compile is dropped, not kept: numba remembers a failed typing
-    per dispatcher, so a kept one would fail for good, even once the cause is gone.
+    per dispatcher, so a kept one would fail for good, even once the cause is gone.  An elementwise
+    pair drops both loops, the parallel one holding the serial one.
     """
 
     def __init__(self, scalar: Callable, arity: int, tag: str):
         self.scalar, self.arity, self.tag = scalar, arity, tag
         self._loops: list = [None, None]  # serial, parallel
         self._blocks: set = set()  # (parallel, dtype) whose block signature is compiled
+        self._lock = threading.RLock()  # threads meeting a cold loop build it once, not once each
 
     def loop(self, parallel: bool):
         loop = self._loops[parallel]
         if loop is None:
-            loop = self._loops[parallel] = _make_loop(self.scalar, self.arity, parallel, self.tag)
+            with self._lock:
+                loop = self._loops[parallel]
+                if loop is None:
+                    inner = self.loop(False) if parallel and self.arity else self.scalar  # reductions: a parfor
+                    loop = self._loops[parallel] = _make_loop(inner, self.arity, parallel, self.tag)
         return loop
 
     def _forget(self, parallel: bool, loop) -> None:
-        if self._loops[parallel] is loop:
-            self._loops[parallel] = None
-            self._blocks = {k for k in self._blocks if k[0] != parallel}
+        with self._lock:
+            if self._loops[parallel] is loop:
+                drop = (False, True) if self.arity else (parallel,)
+                for k in drop:
+                    self._loops[k] = None
+                self._blocks = {k for k in self._blocks if k[0] not in drop}
 
     def call(self, parallel: bool, *args):
         """Run a loop; if it raises (in nopython code only compilation can), drop it."""
@@ -318,6 +377,17 @@ _TEMPLATES = {
     2: _LOOP.replace("{args}", "u, v, out, ").replace("{first}", "u").replace("{items}", "u[i], v[i], "),
     3: _LOOP.replace("{args}", "u, v, w, out, ").replace("{first}", "u").replace("{items}", "u[i], v[i], w[i], "),
 }
+_PAR_BLOCK = 1 << 13  # elements per block of a parallel loop (32 KB of float32: in L1/L2, many blocks per thread)
+_BLOCKED = (
+    "def {name}({args}a, b):\n    n = {first}.shape[0]\n"
+    "    for k in prange((n + _PAR_BLOCK - 1) // _PAR_BLOCK):\n"
+    "        lo = k * _PAR_BLOCK\n        hi = min(lo + _PAR_BLOCK, n)\n        {g}({slices}a, b)\n"
+)
+_PARALLEL = {
+    k: _BLOCKED.replace("{args}", args).replace("{first}", args[0])
+    .replace("{slices}", "".join(f"{v.strip()}[lo:hi], " for v in args.split(",")[:-1]))
+    for k, args in ((1, "x, out, "), (2, "u, v, out, "), (3, "u, v, w, out, "))
+}
 
 
 @lru_cache(maxsize=1)
@@ -338,6 +408,8 @@ def _source_tag() -> str:
 def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool = True):
     """The prange loop around g, compiled with cache=True.
 
+    g is the scalar formula, except for a parallel elementwise loop (arity >= 1), where it is the
+    serial loop, called per block (see `_LoopPair`).
     The loop is generated as a module-level function (not a closure) whose
     scalar is a module global: numba's on-disk cache keys closures by a pickle of
     their cells, which is not stable across processes, so closures never hit.
@@ -348,18 +420,20 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool = 
     # float32 loops may fuse a * b + c into one FMA (more accurate, fewer instructions); float64
     # loops stay unfused so that they round exactly like the reference formulas.
     fastmath = {"contract"} if tag.endswith("float32") else False
-    gname = f"_scalar_{tag}"
+    blocked = parallel and arity > 0
+    gname = f"_{'serial' if blocked else 'scalar'}_{tag}"
     ns = globals()
     ns[gname] = g
     ns.setdefault("prange", prange)
-    exec(compile(_TEMPLATES[arity].format(name=name, g=gname), __file__, "exec"), ns)
+    template = _PARALLEL[arity] if blocked else _TEMPLATES[arity]
+    exec(compile(template.format(name=name, g=gname), __file__, "exec"), ns)
     return njit(parallel=parallel, error_model="numpy", fastmath=fastmath, cache=cache)(ns[name])
 
 
 _ARITY = {"forward": 1, "backward": 2, "backward_y": 2}
 
 
-@cache
+@_once
 def _loops(key: tuple[str, str, str]) -> _LoopPair:
     from . import formulas
 

@@ -143,7 +143,7 @@ def test_float32_loop_is_vectorised(op):
     pair = nb._loops((op, "forward", "float32"))
     loop = nb._make_loop(pair.scalar, pair.arity, False, pair.tag, cache=False)  # cached code can't be inspected
     x = np.linspace(-4, 4, 64, dtype=np.float32)
-    loop(x, np.empty_like(x), 0.0, 0.0)
+    loop(*nb._inputs((x,)), np.empty_like(x), 0.0, 0.0)  # the signature the backend calls: read-only inputs
     sig = loop.signatures[0]
     ir = loop.inspect_llvm(sig)
     asm = loop.inspect_asm(sig)
