@@ -8,6 +8,7 @@ from pathlib import Path
 from multiact import docs
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+CI = README.parent / ".ci" / "run"
 
 
 def test_readme_op_table_is_generated_from_the_op_table():
@@ -19,3 +20,10 @@ def test_readme_example_runs():
     text = README.read_text()
     example = re.search(r"```python\n(.*?)```", text, re.S).group(1)
     exec(compile(example, "README example", "exec"), {})
+
+
+def test_ci_runs_the_readme_test_command():
+    """CI runs what the README tells a user to run (its pytest line, options included)."""
+    readme = re.search(r'pip install -e "\.\[test\]" && (python -m pytest[^#\n]*?)\s*#', README.read_text()).group(1)
+    ci = [line.strip() for line in CI.read_text().splitlines() if line.startswith("python -m pytest")]
+    assert ci == [readme]
