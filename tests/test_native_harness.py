@@ -74,7 +74,8 @@ def test_extension_under_address_and_undefined_behaviour_sanitizers(pytestconfig
     the harness cannot see the cffi glue, the Python-side layouts or the thread pool as Python calls it.
     The build is kept in pytest's cache and reused while sources and flags are unchanged."""
     _require_sanitizers()
-    build_dir = pytestconfig.cache.mkdir("native-sanitized") if pytestconfig.cache else tmp_path
+    cache = getattr(pytestconfig, "cache", None)  # absent under -p no:cacheprovider
+    build_dir = cache.mkdir("native-sanitized") if cache else tmp_path
     _run(sys.executable, "scripts/native_sanitized.py", str(build_dir))
 
 
