@@ -47,9 +47,19 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
         raise ValueError(f"{name}: pass the input x or the output y=, not both")
     if spec.backward_y is None:
         raise ValueError(f"{name}: y= is not supported: {spec.name}'s derivative needs the input x")
-    if not spec.supports_y(spec.validate(params)):
+    p = spec.validate(params)
+    if not spec.supports_y(p):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}")
+    single = str(getattr(y, "dtype", "")).rsplit(".", 1)[-1] in ("float16", "bfloat16", "float32")  # NumPy, torch, ...
+    if single and not spec.supports_y(_in_float32(p)):
+        raise ValueError(f"{name}: y= is only supported when {spec.y_condition}, in float32 (where the kernels "
+                         f"compute {y.dtype}): the parameters {p} round to {_in_float32(p)}")
     return dispatch.call(spec, "backward_y", {"dy": dy, "y": y}, params, out, backend)
+
+
+def _in_float32(p: dict[str, Any]) -> dict[str, Any]:
+    """Float parameters as float16/float32 kernels see them (rounded to float32)."""
+    return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
 
 
 def _param_doc(spec: OpSpec) -> str:

@@ -30,6 +30,10 @@ FLOAT_DTYPES = ("float16", "float32", "float64")
 DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
 
 
+# float32's smallest normal: a parameter that must be nonzero (or > 0) must stay so in float32.
+F32_TINY = 2.0**-126
+
+
 @dataclass(frozen=True)
 class Param:
     """One scalar parameter: its PyTorch name, default and valid range."""
@@ -51,12 +55,14 @@ class Param:
         if self.kind != "float":
             return self.kind
         parts = []
-        if self.lo is not None:
+        if self.lo == 0 and self.lo_open:
+            parts.append(f">= {F32_TINY:g}")
+        elif self.lo is not None:
             parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
         if self.hi is not None:
             parts.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
         if self.nonzero:
-            parts.append("!= 0")
+            parts.append(f"|x| >= {F32_TINY:g}")
         return "finite" + ("" if not parts else ", " + ", ".join(parts))
 
     def validate(self, op: str, value: Any) -> Any:
@@ -83,7 +89,9 @@ class Param:
         bad = (
             (self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo))
             or (self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi))
-            or (self.nonzero and v == 0)
+            # nonzero, or > 0: also in float32, where float16/float32 kernels compute
+            or (self.nonzero and abs(v) < F32_TINY)
+            or (self.lo == 0 and self.lo_open and v < F32_TINY)
         )
         if bad:
             raise ValueError(f"{where} must be {self.range_text()}, got {v}")

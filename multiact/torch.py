@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import dispatch
+from . import api, dispatch
 from .ops import OPS, REQUIRED, OpSpec
 
 __all__: list[str] = []
@@ -47,7 +47,9 @@ class _Activation(torch.autograd.Function):
     def forward(ctx, spec: OpSpec, params: dict, inplace: bool, backend: str | None, x, learn):
         p = _with_learn(spec, params, learn)
         xd = x.detach()
-        from_y = inplace and spec.supports_y(spec.validate(p))
+        vp = spec.validate(p)
+        single = xd.dtype in (torch.float16, torch.float32, torch.bfloat16)
+        from_y = inplace and spec.supports_y(vp) and (not single or spec.supports_y(api._in_float32(vp)))
         saved = None
         if inplace and not from_y and any(ctx.needs_input_grad[4:]):
             saved = xd.clone()  # the input is about to be overwritten and the backward needs it

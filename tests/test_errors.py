@@ -108,3 +108,16 @@ def test_scalars_and_lists_are_accepted_as_numpy_would():
         ma.relu([1, 2])
     with pytest.raises(TypeError, match="x must be an array"):
         ma.relu("1.0")
+
+
+def test_parameters_that_vanish_in_float32_are_refused():
+    """float16/float32 kernels compute in float32: a nonzero (or > 0) parameter must stay so there."""
+    x = np.linspace(-2, 2, 8, dtype=np.float32)
+    with pytest.raises(ValueError, match="alpha"):
+        ma.celu(x, alpha=1e-300)
+    with pytest.raises(ValueError, match="beta"):
+        ma.softplus(x, beta=1e-300)
+    with pytest.raises(ValueError, match="y= is only supported when negative_slope > 0, in float32"):
+        ma.leaky_relu_grad(np.ones_like(x), y=x, negative_slope=1e-300)
+    # float64 computes in float64: the same slope is positive there
+    np.testing.assert_array_equal(ma.leaky_relu_grad(np.ones(3), y=np.ones(3), negative_slope=1e-300), 1.0)

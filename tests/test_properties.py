@@ -126,6 +126,11 @@ def test_backward_from_output_matches_its_reference(backend, data):
     assume(supports(backend, op, "backward_y", dtype))
     params = data.draw(params_for(op, dtype))
     assume(spec.supports_y(spec.validate(params)))
+    rounded = C._rounded(spec, params, dtype)
+    if not spec.supports_y(rounded):  # e.g. a slope that is 0 in float32: refused, not guessed
+        with pytest.raises(ValueError, match="y= is only supported"):
+            ma.backward(op, np.ones(3, dtype), y=np.ones(3, dtype), backend=backend, **params)
+        return
     x = data.draw(arrays(np.dtype(dtype)))
     y = ma.forward(op, x, backend=backend, **params)
     dy = np.ones_like(x)
@@ -133,7 +138,10 @@ def test_backward_from_output_matches_its_reference(backend, data):
     ref = C.reference(spec, "backward_y", params, dtype, dy, y)
     v = C.compare(g, ref, y, spec, "backward_y", scale=dy.astype(np.float64) * y)
     assert v.passed, f"{op} {params}: {v.describe()}"
-    if spec.exact:  # piecewise linear: the output determines the slope exactly
+    # piecewise linear: the output determines the slope exactly, unless a bound is not a value of
+    # the dtype (then x = the bound's rounding may or may not have been clamped: y cannot tell)
+    representable = all(np.asarray(v, dtype).astype(np.float64) == v for v in params.values() if isinstance(v, float))
+    if spec.exact and representable:
         np.testing.assert_array_equal(g, ma.backward(op, dy, x, backend=backend, **params))
 
 
