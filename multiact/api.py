@@ -58,8 +58,9 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
 
 
 def _in_float32(p: dict[str, Any]) -> dict[str, Any]:
-    """Float parameters as float16/float32 kernels see them (rounded to float32)."""
-    return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
+    """Float parameters as float16/float32 kernels see them (rounded to float32; huge ones become inf)."""
+    with np.errstate(over="ignore"):
+        return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
 
 
 def _param_doc(spec: OpSpec) -> str:
