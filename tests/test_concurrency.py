@@ -34,6 +34,26 @@ def _call(i: int):
     return ma.backward(op, np.ones_like(x), x, backend=backend)
 
 
+def _in_threads(n: int, body) -> None:
+    """Run body() in n threads started together; re-raise what any of them raised."""
+    start = threading.Barrier(n)
+    errors = []
+
+    def worker():
+        try:
+            start.wait()
+            body()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
 def test_sixteen_threads_match_a_single_threaded_replay():
     """The same calls single-threaded, then from 16 threads at once: identical results.
 
@@ -42,29 +62,18 @@ def test_sixteen_threads_match_a_single_threaded_replay():
     """
     want = [_call(i) for i in range(N_CALLS)]
     results: dict[int, np.ndarray] = {}
-    errors = []
     counter = iter(range(N_CALLS))
     lock = threading.Lock()
-    start = threading.Barrier(16)
 
     def worker():
-        try:
-            start.wait()
-            while True:
-                with lock:
-                    i = next(counter, None)
-                if i is None:
-                    return
-                results[i] = _call(i)
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        while True:
+            with lock:
+                i = next(counter, None)
+            if i is None:
+                return
+            results[i] = _call(i)
 
-    threads = [threading.Thread(target=worker) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    _in_threads(16, worker)
     assert sorted(results) == list(range(N_CALLS))
     for i, got in results.items():
         np.testing.assert_array_equal(got, want[i], err_msg=f"call {i}")
@@ -79,25 +88,15 @@ def test_threads_meeting_a_cold_numba_loop_compile_it_once():
     warm = nb._loops(("relu", "forward", "float32"))
     pair = nb._LoopPair(warm.scalar, warm.arity, warm.tag)  # a fresh, cold pair around the same formula
     x = np.linspace(-2, 2, 1001, dtype=np.float32)
-    start = threading.Barrier(8)
-    got, errors = [], []
+    got = []
 
     def worker():
-        try:
-            start.wait()
-            loop = pair.loop(False)
-            out = np.empty_like(x)
-            loop(*nb._inputs((x,)), out, 0.0, 0.0)
-            got.append((loop, out))
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+        loop = pair.loop(False)
+        out = np.empty_like(x)
+        loop(*nb._inputs((x,)), out, 0.0, 0.0)
+        got.append((loop, out))
 
-    threads = [threading.Thread(target=worker) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    _in_threads(8, worker)
     assert len({id(loop) for loop, _ in got}) == 1
     for _, out in got:
         np.testing.assert_array_equal(out, np.maximum(x, 0))
