@@ -109,9 +109,10 @@ static void span_chunk(void *ctx, size_t i) {
 
 static size_t work_of(size_t n, unsigned cost) { return n > SIZE_MAX / 64 ? SIZE_MAX : n * (cost ? cost : 1); }
 
-void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, unsigned cost,
-                  float a, float b, float c, float d, int nthreads) {
-    ew_job j = {fn, x, NULL, y, n, ma_chunks_for(work_of(n, cost), nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
+/* One elementwise call (v = NULL: unary): on this thread, or in chunks on the pool. */
+static void run_job(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
+                    float a, float b, float c, float d, int nthreads) {
+    ew_job j = {fn, u, v, out, n, ma_chunks_for(work_of(n, cost), nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
         run_span(&j, 0, n);
         return;
@@ -119,14 +120,14 @@ void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, uns
     ma_parallel_for(j.chunks, span_chunk, &j, nthreads);
 }
 
+void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, unsigned cost,
+                  float a, float b, float c, float d, int nthreads) {
+    run_job(fn, x, NULL, y, n, elsize, cost, a, b, c, d, nthreads);
+}
+
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
                    float a, float b, float c, float d, int nthreads) {
-    ew_job j = {fn, u, v, out, n, ma_chunks_for(work_of(n, cost), nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
-    if (j.chunks <= 1) {
-        run_span(&j, 0, n);
-        return;
-    }
-    ma_parallel_for(j.chunks, span_chunk, &j, nthreads);
+    run_job(fn, u, v, out, n, elsize, cost, a, b, c, d, nthreads);
 }
 
 void ma_f16_to_f32(const uint16_t *h, float *f, size_t n) {
