@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import dispatch, registry
-from .ops import OPS, REQUIRED, OpSpec, get
+from .ops import OPS, REQUIRED, OpSpec, get, in_float32
 
 
 def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, **params: Any) -> Any:
@@ -51,16 +51,10 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     if not spec.supports_y(p):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}")
     single = str(getattr(y, "dtype", "")).rsplit(".", 1)[-1] in ("float16", "bfloat16", "float32")  # NumPy, torch, ...
-    if single and not spec.supports_y(_in_float32(p)):
+    if single and not spec.supports_y(in_float32(p)):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}, in float32 (where the kernels "
-                         f"compute {y.dtype}): the parameters {p} round to {_in_float32(p)}")
+                         f"compute {y.dtype}): the parameters {p} round to {in_float32(p)}")
     return dispatch.call(spec, "backward_y", {"dy": dy, "y": y}, params, out, backend)
-
-
-def _in_float32(p: dict[str, Any]) -> dict[str, Any]:
-    """Float parameters as float16/float32 kernels see them (rounded to float32; huge ones become inf)."""
-    with np.errstate(over="ignore"):
-        return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
 
 
 def _param_doc(spec: OpSpec) -> str:

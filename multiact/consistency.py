@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .ops import OPS, REQUIRED, OpSpec
+from .ops import OPS, REQUIRED, OpSpec, in_float32
 
 # Parameter cases per op beyond the defaults: each op's interesting corners.
 PARAM_CASES: dict[str, tuple[dict[str, Any], ...]] = {
@@ -77,7 +77,7 @@ def _rounded(spec: OpSpec, params: dict[str, Any], dtype: Any) -> dict[str, Any]
     p = spec.validate(params) if "weight" not in params else dict(params)
     if np.dtype(dtype) == np.float64:
         return p
-    return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
+    return in_float32(p)
 
 
 def prelu_weight(x: np.ndarray, case: str, axis: int = 1) -> np.ndarray:

@@ -34,6 +34,12 @@ DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
 F32_TINY = 2.0**-126
 
 
+def in_float32(p: Mapping[str, Any]) -> dict[str, Any]:
+    """Float parameters as float16/float32 kernels see them (rounded to float32; huge ones become inf)."""
+    with np.errstate(over="ignore"):
+        return {k: float(np.float32(v)) if isinstance(v, float) else v for k, v in p.items()}
+
+
 @dataclass(frozen=True)
 class Param:
     """One scalar parameter: its PyTorch name, default and valid range."""

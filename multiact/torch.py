@@ -22,8 +22,8 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import api, dispatch
-from .ops import OPS, REQUIRED, OpSpec
+from . import dispatch
+from .ops import OPS, REQUIRED, OpSpec, in_float32
 
 __all__: list[str] = []
 
@@ -49,7 +49,7 @@ class _Activation(torch.autograd.Function):
         xd = x.detach()
         vp = spec.validate(p)
         single = xd.dtype in (torch.float16, torch.float32, torch.bfloat16)
-        from_y = inplace and spec.supports_y(vp) and (not single or spec.supports_y(api._in_float32(vp)))
+        from_y = inplace and spec.supports_y(vp) and (not single or spec.supports_y(in_float32(vp)))
         saved = None
         if inplace and not from_y and any(ctx.needs_input_grad[4:]):
             saved = xd.clone()  # the input is about to be overwritten and the backward needs it
