@@ -9,7 +9,9 @@ C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sig
 
 from __future__ import annotations
 
+import os
 import platform
+import re
 from typing import NamedTuple
 
 DTYPES = {"float32": "f32", "float16": "f16"}
@@ -129,9 +131,23 @@ def table(machine: str | None = None) -> list[Kernel]:
     ]
 
 
+def split_kernels(ops_header: str | None = None) -> frozenset[str]:
+    """Kernels with a fast path: the names of ma_ops.h's top-level MA_SPLIT_UNARY / MA_SPLIT_BINARY
+    lines (the loops test a step of vectors for it at once; see ma_kernels.inc)."""
+    path = ops_header or os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", "ma_ops.h")
+    with open(path) as f:
+        return frozenset(re.findall(r"^MA_SPLIT_(?:UNARY|BINARY)\((\w+),", f.read(), flags=re.M))
+
+
 def x_macro_header() -> str:
-    """ma_kernel_list.h: the elementwise kernels for the C side (MA_UNARY / MA_BINARY)."""
-    body = " \\\n".join([f"    MA_UNARY({n})" for n in UNARY] + [f"    MA_BINARY({n})" for n in BINARY])
+    """ma_kernel_list.h: the elementwise kernels for the C side, MA_UNARY(name, kind) /
+    MA_BINARY(name, kind) with kind `split` (has a fast path) or `plain`."""
+    split = split_kernels()
+    unknown = split - set(UNARY) - set(BINARY)
+    if unknown:
+        raise ValueError(f"ma_ops.h splits kernels the table lacks: {sorted(unknown)}")
+    kind = {n: "split" if n in split else "plain" for n in (*UNARY, *BINARY)}
+    body = " \\\n".join([f"    MA_UNARY({n}, {kind[n]})" for n in UNARY] + [f"    MA_BINARY({n}, {kind[n]})" for n in BINARY])
     return f"/* Generated from native/kernels.py; do not edit. */\n#define MA_KERNEL_LIST \\\n{body}\n"
 
 

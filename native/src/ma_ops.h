@@ -102,16 +102,22 @@ MA_INLINE V op_celu_grad_y(V dy, V y, const ma_params *p) {
  * fast_<op> computes the op within the same tolerance; gen_<op> handles everything.  A vector
  * with every lane in range runs only the fast body; otherwise the lanes in range still take
  * the fast body's bits (on a sanitised copy) and the rest the general body's, so no result
- * depends on its neighbours in the vector. */
+ * depends on its neighbours in the vector.  in_<op> is the range test: the kernel loops test a
+ * whole step of vectors with it at once (native/kernels.py finds the split ops by these lines). */
 #define MA_SPLIT_UNARY(name, zexpr, lim)                                                \
+    MA_INLINE VM in_##name(V x, const ma_params *p) { (void)p; return ma_abs(zexpr) <= VSPLAT(lim); } \
     MA_INLINE V op_##name(V x, const ma_params *p) {                                     \
-        VM in_ = ma_abs(zexpr) <= VSPLAT(lim);                                           \
+        VM in_ = in_##name(x, p);                                                        \
         if (VALL(in_)) return fast_##name(x, p);                                         \
         return VSEL(in_, fast_##name(VSEL(in_, x, ZERO), p), gen_##name(x, p));          \
     }
 #define MA_SPLIT_BINARY(name, zexpr, lim)                                               \
+    MA_INLINE VM in_##name(V dy, V x, const ma_params *p) {                              \
+        (void)dy, (void)p;                                                               \
+        return ma_abs(zexpr) <= VSPLAT(lim);                                             \
+    }                                                                                    \
     MA_INLINE V op_##name(V dy, V x, const ma_params *p) {                               \
-        VM in_ = ma_abs(zexpr) <= VSPLAT(lim);                                           \
+        VM in_ = in_##name(dy, x, p);                                                    \
         if (VALL(in_)) return fast_##name(dy, x, p);                                     \
         return VSEL(in_, fast_##name(dy, VSEL(in_, x, ZERO), p), gen_##name(dy, x, p));  \
     }
@@ -257,7 +263,8 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
     V g = dy * a;
     return VSEL(neg, g * sc, g);
 }
-/* z = k x; the general bodies clamp x to +-FLT_MAX (inf * 0 stays 0). */
+/* z = k x; the general bodies clamp x to +-FLT_MAX (inf * 0 stays 0).  Each use is followed by
+ * its MA_SPLIT lines. */
 #define MA_GATE_OPS(name, kexpr)                                                            \
     MA_INLINE V fast_##name(V x, const ma_params *p) {                                      \
         (void)p;                                                                            \
@@ -267,7 +274,6 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
         (void)p;                                                                            \
         return ma_gate_fwd(x, ma_finite(x) * (kexpr), ZERO);                                \
     }                                                                                       \
-    MA_SPLIT_UNARY(name, x * (kexpr), 80.0f)                                                \
     MA_INLINE V fast_##name##_grad(V dy, V x, const ma_params *p) {                         \
         (void)p;                                                                            \
         return ma_gate_grad_fast(dy, x, x * (kexpr), ZERO, (kexpr));                        \
@@ -276,11 +282,16 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
         (void)p;                                                                            \
         V xc = ma_finite(x);                                                                \
         return ma_gate_grad(dy, xc, xc * (kexpr), ZERO, (kexpr));                           \
-    }                                                                                       \
-    MA_SPLIT_BINARY(name##_grad, x * (kexpr), 80.0f)
+    }
 MA_GATE_OPS(swish, VSPLAT(p->a))
+MA_SPLIT_UNARY(swish, x * VSPLAT(p->a), 80.0f)
+MA_SPLIT_BINARY(swish_grad, x * VSPLAT(p->a), 80.0f)
 MA_GATE_OPS(silu, ONE)
+MA_SPLIT_UNARY(silu, x, 80.0f)
+MA_SPLIT_BINARY(silu_grad, x, 80.0f)
 MA_GATE_OPS(fast_gelu, VSPLAT(1.702f))
+MA_SPLIT_UNARY(fast_gelu, x * VSPLAT(1.702f), 80.0f)
+MA_SPLIT_BINARY(fast_gelu_grad, x * VSPLAT(1.702f), 80.0f)
 
 /* z = 2k (x + c x^3) in double, split into z + zlo: several float roundings of z would cost
  * |z| ULPs each in the e^z tail (x < -9). */
