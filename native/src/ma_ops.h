@@ -200,7 +200,7 @@ MA_INLINE V op_tanh_grad_y(V dy, V y, const ma_params *p) { (void)p; return dy *
 MA_INLINE V fast_softplus(V x, const ma_params *p) {
     V z = x * VSPLAT(p->a);
     V body = VSEL(z > ZERO, z, ZERO) + ma_log1p01(ma_exp_fast(-ma_abs(z)));
-    return VSEL(z > VSPLAT(p->b), x, p->a == 1.0f ? body : body / VSPLAT(p->a));
+    return VSEL(z > VSPLAT(p->b), x, body / VSPLAT(p->a)); /* no branch: it would split the step */
 }
 MA_INLINE V gen_softplus(V x, const ma_params *p) {
     V b = VSPLAT(p->a);
