@@ -50,7 +50,7 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     p = spec.validate(params)
     if not spec.supports_y(p):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}")
-    single = str(getattr(y, "dtype", "")).rsplit(".", 1)[-1] in ("float16", "bfloat16", "float32")  # NumPy, torch, ...
+    single = getattr(getattr(y, "dtype", None), "itemsize", 8) <= 4  # NumPy, torch, CuPy...: float16/bfloat16/32
     if single and not spec.supports_y(in_float32(p)):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}, in float32 (where the kernels "
                          f"compute {y.dtype}): the parameters {p} round to {in_float32(p)}")
@@ -101,8 +101,8 @@ def {name}(x{pre}, *, out=None, backend=None):
 """
 
 _FAST_GRAD = """
-def {name}_grad(dy, x{xdef}{pre}, *, {ykw}out=None, backend=None):
-    if type(dy) is _nd and type(x) is _nd and{ynone} dy.dtype == x.dtype and dy.shape == x.shape:
+def {name}_grad(dy, x{pre}, *, out=None, backend=None):
+    if type(dy) is _nd and type(x) is _nd and dy.dtype == x.dtype and dy.shape == x.shape:
         hit = _cache.get(('backward', x.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
         if hit is not None and (out is None or out is dy or out is x or _out_ok(out, x, dy)):
             res = _empty_like(x) if out is None else out
@@ -112,7 +112,29 @@ def {name}_grad(dy, x{xdef}{pre}, *, {ykw}out=None, backend=None):
                 _annotate(e, hit)
                 raise
             return res
-    return _grad(_spec, dy, x, {y}, {pdict}, out, backend)
+    return _grad(_spec, dy, x, None, {pdict}, out, backend)
+"""
+
+# Ops with a y-form: x or y= takes the hot path (a cached backward_y passed _grad's y= checks for
+# these parameters and this dtype before it was cached).
+_FAST_GRAD_Y = """
+def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
+    if type(dy) is _nd:
+        if y is None:
+            a, d = x, 'backward'
+        else:
+            a, d = (y, 'backward_y') if x is None else (None, None)
+        if type(a) is _nd and dy.dtype == a.dtype and dy.shape == a.shape:
+            hit = _cache.get((d, a.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
+            if hit is not None and (out is None or out is dy or out is a or _out_ok(out, a, dy)):
+                res = _empty_like(a) if out is None else out
+                try:
+                    hit.kernel(dy, a, res, hit.p)
+                except Exception as e:
+                    _annotate(e, hit)
+                    raise
+                return res
+    return _grad(_spec, dy, x, y, {pdict}, out, backend)
 """
 
 
@@ -134,14 +156,10 @@ def _make(spec: OpSpec) -> dict[str, Any]:
         ]
     else:
         pkey = "".join(f", {p.name}.__class__, {p.name}" for p in spec.params)
-        has_y = spec.backward_y is not None
+        grad = _FAST_GRAD if spec.backward_y is None else _FAST_GRAD_Y
         src = [
             _FAST_FWD.format(name=name, pre=pre, pkey=pkey, pdict=pdict),
-            _FAST_GRAD.format(
-                name=name, pre=pre, pkey=pkey, pdict=pdict,
-                xdef="=None" if has_y else "", ykw="y=None, " if has_y else "",
-                ynone=" y is None and" if has_y else "", y="y" if has_y else "None",
-            ),
+            grad.format(name=name, pre=pre, pkey=pkey, pdict=pdict),
         ]
     if spec.param_grad is not None:
         src.append(

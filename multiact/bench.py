@@ -28,6 +28,9 @@ from .ops import OPS, REQUIRED, get
 DEFAULT_OPS = ("relu", "leaky_relu", "gelu", "gelu:approximate=tanh", "silu", "sigmoid", "tanh", "elu", "softplus",
                "mish", "hardswish")
 DEFAULT_SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 24)
+# backward_y: the gradient from the forward output y (what autograd saves for sigmoid, tanh, elu...)
+DIRECTIONS = ("forward", "backward", "backward_y")
+SHORT_DIRECTION = {"forward": "fwd", "backward": "bwd", "backward_y": "bwd_y"}
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
@@ -219,13 +222,18 @@ def _backend_bound(name: str, op: OpCase, direction: str, arrays, out, params) -
         (x,) = arrays
         return P.Bound(name, lambda: f(x, backend=name, **params), lambda: f(x, out=out, backend=name, **params))
     g = getattr(ma, f"{op.op}_grad")
+    if direction == "backward_y":
+        dy, y = arrays
+        return P.Bound(name, lambda: g(dy, y=y, backend=name, **params),
+                       lambda: g(dy, y=y, out=out, backend=name, **params))
     dy, x = arrays
     return P.Bound(name, lambda: g(dy, x, backend=name, **params), lambda: g(dy, x, out=out, backend=name, **params))
 
 
 def bind(impl: str, op: OpCase, direction: str, arrays: tuple[np.ndarray, ...], out: np.ndarray,
          threads: int) -> P.Bound | str:
-    """Implementation 'backend:NAME' or 'peer:NAME' bound to `arrays` ((x,) or (dy, x)) and `out`, or why not."""
+    """Implementation 'backend:NAME' or 'peer:NAME' bound to `arrays` ((x,), (dy, x), or (dy, y) for
+    backward_y) and `out`, or why not."""
     kind, _, name = impl.partition(":")
     params = op.call_params(out.dtype)
     if kind == "backend":
@@ -251,6 +259,13 @@ def _copy_bound(n_elements: int, dtype: np.dtype) -> Callable[[], Any]:
     src = np.ones(n_elements, dtype=dtype)
     dst = np.empty_like(src)
     return lambda: np.copyto(dst, src)
+
+
+def _y_of(op: OpCase, x: np.ndarray) -> np.ndarray:
+    """The forward output a backward_y starts from."""
+    import multiact as ma
+
+    return getattr(ma, op.op)(x, backend="numpy", **op.call_params(x.dtype))
 
 
 def run(
@@ -291,7 +306,10 @@ def run(
                     dy = rng.standard_normal(n, dtype=np.float32).astype(dt)
                     data[key] = (x, dy, np.empty_like(x))
                 x, dy, out = data[key]
-                arrays = (x,) if d == "forward" else (dy, x)
+                if d == "backward_y" and OPS[op.op].backward_y is None:
+                    skipped.append({"impl": "all", "case": f"{op.label} {d} {dt}", "why": f"{op.op} has no y-form"})
+                    continue
+                arrays = (x,) if d == "forward" else (dy, _y_of(op, x)) if d == "backward_y" else (dy, x)
                 rows += _one_config(op, d, np.dtype(dt), n, t, arrays, out, chosen, live_peers, modes, samples,
                                     budget_s, skipped)
     finally:

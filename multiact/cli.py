@@ -77,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--threads", action="append", type=_csv, metavar="T[,T]",
                        help="thread counts (default: multiact.get_num_threads())")
     bench.add_argument("--direction", action="append", type=_csv, metavar="D[,D]",
-                       help="forward, backward (default both)")
+                       help="forward, backward, backward_y (from the output y, as autograd saves it for "
+                       "sigmoid, tanh, elu...) (default forward,backward)")
     bench.add_argument("--backend", action="append", type=_csv, metavar="B[,B]",
                        help="backends (default: every available one for NumPy arrays)")
     bench.add_argument("--peers", action="append", type=_csv, metavar="P[,P]",
@@ -228,8 +229,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown dtype {dt!r}; valid dtypes: float16, float32, float64")
     directions = _many(args.direction) or ["forward", "backward"]
     for d in directions:
-        if d not in ("forward", "backward"):
-            raise ValueError(f"unknown direction {d!r}; valid: forward, backward")
+        if d not in bench.DIRECTIONS:
+            raise ValueError(f"unknown direction {d!r}; valid: {', '.join(bench.DIRECTIONS)}")
     peer_names = _many(args.peers)
     peer_names = list(peers.PEERS) if peer_names is None else [p for p in peer_names if p != "none"]
     for p in peer_names:
@@ -260,7 +261,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def render_bench(res: dict[str, Any]) -> str:
     """The results table, what was not timed and why."""
-    from .bench import display_name, size_label
+    from .bench import SHORT_DIRECTION, display_name, size_label
 
     lines = []
     for p, why in res["missing_peers"].items():
@@ -276,7 +277,7 @@ def render_bench(res: dict[str, Any]) -> str:
     out = []
     for r in res["rows"]:
         impl = display_name(r) + (" *" if r.note else "")
-        direction = {"forward": "fwd", "backward": "bwd"}[r.direction]
+        direction = SHORT_DIRECTION[r.direction]
         out.append([r.op, direction, r.dtype, size_label(r.size), r.threads, r.mode, impl,
                     fmt(r.median_s * 1e6), fmt(r.ns_per_element), fmt(r.gb_per_s), fmt(r.vs_copy, 2),
                     f"{r.spread * 100:.0f}%", "" if r.speedup is None else f"{r.speedup:.2f}x"])
@@ -294,7 +295,7 @@ def render_bench(res: dict[str, Any]) -> str:
 
 def render_bench_wide(res: dict[str, Any]) -> str:
     """ns/element per implementation side by side, one row per (op, direction, dtype, size, threads, mode)."""
-    from .bench import display_name, size_label
+    from .bench import SHORT_DIRECTION, display_name, size_label
 
     rows = res["rows"]
     impls = list(dict.fromkeys(display_name(r) for r in rows if r.kind != "baseline"))
@@ -311,7 +312,7 @@ def render_bench_wide(res: dict[str, Any]) -> str:
         if backs and peers_:
             ratio = f"{min(p.median_s for p in peers_) / min(b.median_s for b in backs):.2f}x"
         copy = copies.get((op, direction, dtype, size, threads))
-        out.append([op, {"forward": "fwd", "backward": "bwd"}[direction], dtype, size_label(size), threads, mode,
+        out.append([op, SHORT_DIRECTION[direction], dtype, size_label(size), threads, mode,
                     *(fmt(d[i].ns_per_element) if i in d else "-" for i in impls),
                     fmt(copy.ns_per_element) if copy else "-", ratio])
     head = ["op", "dir", "dtype", "size", "thr", "mode", *impls, "copy", "best ma vs best peer"]

@@ -200,7 +200,7 @@ def _run(mod: Any, kernel: Any, spec: OpSpec, direction: str, dtype: str, args: 
 
 def _remember(spec: OpSpec, direction: str, dtype: Any, params: dict, backend, mod, kernel, p) -> None:
     """Store a resolved call where the generated function's fast path will find it next time."""
-    if spec.name == "prelu" or direction not in ("forward", "backward"):
+    if spec.name == "prelu" or direction == "param_grad":
         return
     key = (direction, dtype)
     for name in spec.param_names:

@@ -7,8 +7,10 @@ up front), so that a timed call is only the call.  Peers are imported only
 when asked for, and a peer that is not installed is reported as missing.
 
 - torch: `torch.nn.functional` for allocating calls, `torch.ops.aten.<op>.out`
-  and `aten.<op>_backward.grad_input` for the preallocated ones.  sigmoid's and
-  tanh's backward in PyTorch start from the output y, as autograd does.
+  and `aten.<op>_backward.grad_input` for the preallocated ones.  Where autograd
+  saves the output y, the backward_y direction times that y-form; sigmoid's and
+  tanh's only backward in PyTorch is the y-form, so their "backward" row times it
+  too (labelled "backward from y").
 - onnxruntime: a one-node ONNX graph per op (opset 20), forward only (its
   standard package has no gradient kernels); `out=` through IOBinding.
 - numpy: the one-line NumPy formula a user would write, with `out=` on its
@@ -58,12 +60,14 @@ def covers(peer: str, op: str, direction: str) -> bool:
         return op in _NUMPY_BWD
     if peer == "onnxruntime" and direction != "forward":
         return False
+    if peer == "numpy" and direction == "backward_y":
+        return False
     return op in table
 
 
 def make(peer: str, op: str, direction: str, params: dict[str, Any], arrays: tuple[np.ndarray, ...],
          out: np.ndarray, threads: int) -> Bound | str:
-    """The peer's op bound to `arrays` ((x,) or (dy, x)) and `out`, or why there is none."""
+    """The peer's op bound to `arrays` ((x,), (dy, x), or (dy, y) for backward_y) and `out`, or why there is none."""
     ok, why = available(peer)
     if not ok:
         return why
@@ -78,14 +82,17 @@ _SELU = (1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
 
 
 def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """op -> {fwd: (alloc(x), into(x, o)), bwd: (alloc(dy, x), into(dy, x, o)), from_y: bool}."""
+    """op -> {fwd: (alloc(x), into(x, o)), bwd: (alloc(dy, x), into(dy, x, o)),
+    bwd_y: (alloc(dy, y), into(dy, y, o))}."""
     F, A = torch.nn.functional, torch.ops.aten
     g = p.get
     a_sel, s_sel = _SELU
     return {
         "relu": {"fwd": (F.relu, lambda x, o: A.relu.out(x, out=o)),
                  "bwd": (lambda d, x: A.threshold_backward(d, x, 0),
-                         lambda d, x, o: A.threshold_backward.grad_input(d, x, 0, grad_input=o))},
+                         lambda d, x, o: A.threshold_backward.grad_input(d, x, 0, grad_input=o)),
+                 "bwd_y": (lambda d, y: A.threshold_backward(d, y, 0),
+                           lambda d, y, o: A.threshold_backward.grad_input(d, y, 0, grad_input=o))},
         "relu6": {"fwd": (F.relu6, lambda x, o: A.hardtanh.out(x, 0.0, 6.0, out=o)),
                   "bwd": (lambda d, x: A.hardtanh_backward(d, x, 0.0, 6.0),
                           lambda d, x, o: A.hardtanh_backward.grad_input(d, x, 0.0, 6.0, grad_input=o))},
@@ -93,17 +100,26 @@ def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "fwd": (lambda x: F.leaky_relu(x, g("negative_slope")),
                     lambda x, o: A.leaky_relu.out(x, g("negative_slope"), out=o)),
             "bwd": (lambda d, x: A.leaky_relu_backward(d, x, g("negative_slope"), False),
-                    lambda d, x, o: A.leaky_relu_backward.grad_input(d, x, g("negative_slope"), False, grad_input=o))},
+                    lambda d, x, o: A.leaky_relu_backward.grad_input(d, x, g("negative_slope"), False, grad_input=o)),
+            "bwd_y": (lambda d, y: A.leaky_relu_backward(d, y, g("negative_slope"), True),
+                      lambda d, y, o: A.leaky_relu_backward.grad_input(d, y, g("negative_slope"), True, grad_input=o))},
         "elu": {"fwd": (lambda x: F.elu(x, g("alpha")), lambda x, o: A.elu.out(x, g("alpha"), 1, 1, out=o)),
                 "bwd": (lambda d, x: A.elu_backward(d, g("alpha"), 1, 1, False, x),
-                        lambda d, x, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1, False, x, grad_input=o))},
+                        lambda d, x, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1, False, x, grad_input=o)),
+                "bwd_y": (lambda d, y: A.elu_backward(d, g("alpha"), 1, 1, True, y),
+                          lambda d, y, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1, True, y, grad_input=o))},
         "selu": {"fwd": (F.selu, lambda x, o: A.elu.out(x, a_sel, s_sel, 1, out=o)),
                  "bwd": (lambda d, x: A.elu_backward(d, a_sel, s_sel, 1, False, x),
-                         lambda d, x, o: A.elu_backward.grad_input(d, a_sel, s_sel, 1, False, x, grad_input=o))},
+                         lambda d, x, o: A.elu_backward.grad_input(d, a_sel, s_sel, 1, False, x, grad_input=o)),
+                 "bwd_y": (lambda d, y: A.elu_backward(d, a_sel, s_sel, 1, True, y),
+                           lambda d, y, o: A.elu_backward.grad_input(d, a_sel, s_sel, 1, True, y, grad_input=o))},
         "celu": {"fwd": (lambda x: F.celu(x, g("alpha")), lambda x, o: A.celu.out(x, g("alpha"), out=o)),
                  "bwd": (lambda d, x: A.elu_backward(d, g("alpha"), 1, 1 / g("alpha", 1.0), False, x),
                          lambda d, x, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1 / g("alpha", 1.0), False, x,
-                                                                   grad_input=o))},
+                                                                   grad_input=o)),
+                 "bwd_y": (lambda d, y: A.elu_backward(d, g("alpha"), 1, 1 / g("alpha", 1.0), True, y),
+                           lambda d, y, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1 / g("alpha", 1.0), True, y,
+                                                                     grad_input=o))},
         "gelu": {"fwd": (lambda x: F.gelu(x, approximate=g("approximate")),
                          lambda x, o: A.gelu.out(x, approximate=g("approximate"), out=o)),
                  "bwd": (lambda d, x: A.gelu_backward(d, x, approximate=g("approximate")),
@@ -115,10 +131,10 @@ def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "hardsigmoid": {"fwd": (F.hardsigmoid, lambda x, o: A.hardsigmoid.out(x, out=o)),
                         "bwd": (A.hardsigmoid_backward,
                                 lambda d, x, o: A.hardsigmoid_backward.grad_input(d, x, grad_input=o))},
-        "sigmoid": {"fwd": (torch.sigmoid, lambda x, o: A.sigmoid.out(x, out=o)), "from_y": True,
-                    "bwd": (A.sigmoid_backward, lambda d, y, o: A.sigmoid_backward.grad_input(d, y, grad_input=o))},
-        "tanh": {"fwd": (torch.tanh, lambda x, o: A.tanh.out(x, out=o)), "from_y": True,
-                 "bwd": (A.tanh_backward, lambda d, y, o: A.tanh_backward.grad_input(d, y, grad_input=o))},
+        "sigmoid": {"fwd": (torch.sigmoid, lambda x, o: A.sigmoid.out(x, out=o)),
+                    "bwd_y": (A.sigmoid_backward, lambda d, y, o: A.sigmoid_backward.grad_input(d, y, grad_input=o))},
+        "tanh": {"fwd": (torch.tanh, lambda x, o: A.tanh.out(x, out=o)),
+                 "bwd_y": (A.tanh_backward, lambda d, y, o: A.tanh_backward.grad_input(d, y, grad_input=o))},
         "logsigmoid": {"fwd": (F.logsigmoid, lambda x, o: A.log_sigmoid.out(x, out=o))},
         "hardtanh": {"fwd": (lambda x: F.hardtanh(x, g("min_val"), g("max_val")),
                              lambda x, o: A.hardtanh.out(x, g("min_val"), g("max_val"), out=o)),
@@ -160,15 +176,16 @@ def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
 
     torch.set_num_threads(threads)
     entry = _torch_table(torch, params).get(op, {})
-    pair = entry.get("fwd" if direction == "forward" else "bwd")
+    pair = entry.get({"forward": "fwd", "backward": "bwd", "backward_y": "bwd_y"}[direction])
+    ts = [torch.from_numpy(a) for a in arrays]
+    note = ""
+    if pair is None and direction == "backward" and "bwd_y" in entry:
+        pair = entry["bwd_y"]  # torch has only the y-form: time it from y = op(x), as autograd does
+        ts[1] = entry["fwd"][0](ts[1])
+        note = "backward from y"
     if pair is None:
         return f"no peer: torch has no {op} {direction} kernel"
     alloc, into = pair
-    ts = [torch.from_numpy(a) for a in arrays]
-    note = ""
-    if direction == "backward" and entry.get("from_y"):
-        ts[1] = entry["fwd"][0](ts[1])  # autograd saves the output for these
-        note = "backward from y"
     o = torch.from_numpy(out)
     try:
         alloc(*ts)  # reject what this torch build cannot run in this dtype

@@ -147,7 +147,8 @@ def x_macro_header() -> str:
     if unknown:
         raise ValueError(f"ma_ops.h splits kernels the table lacks: {sorted(unknown)}")
     kind = {n: "split" if n in split else "plain" for n in (*UNARY, *BINARY)}
-    body = " \\\n".join([f"    MA_UNARY({n}, {kind[n]})" for n in UNARY] + [f"    MA_BINARY({n}, {kind[n]})" for n in BINARY])
+    lines = [f"    MA_UNARY({n}, {kind[n]})" for n in UNARY] + [f"    MA_BINARY({n}, {kind[n]})" for n in BINARY]
+    body = " \\\n".join(lines)
     return f"/* Generated from native/kernels.py; do not edit. */\n#define MA_KERNEL_LIST \\\n{body}\n"
 
 

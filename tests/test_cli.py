@@ -199,6 +199,20 @@ def test_bench_tiny_json_and_table(capsys, tmp_path):
     assert rc == 0 and "ma:numpy" in table_part and out.startswith(table_part)
 
 
+def test_bench_backward_y_starts_from_the_output(capsys, tmp_path):
+    """backward_y rows exist only where the op has a y-form; they time our y= call against torch's y-form."""
+    path = tmp_path / "b.json"
+    rc, out, _ = run(capsys, "bench", "--op", "sigmoid,gelu", "--size", "1K", "--peers", "torch", "--direction",
+                     "backward_y", "--backend", "numpy", "--samples", "3", "--json", str(path), "--no-progress")
+    assert rc == 0 and "bwd_y" in out
+    rows = json.loads(path.read_text())["rows"]
+    assert rows and {r["op"] for r in rows} == {"sigmoid"} and {r["direction"] for r in rows} == {"backward_y"}
+    if peers.available("torch")[0]:
+        assert any(r["impl"] == "torch" and not r.get("note") for r in rows)
+    rc, _, err = run(capsys, "bench", "--op", "relu", "--direction", "sideways", "--no-progress")
+    assert rc != 0 and "backward_y" in err
+
+
 def test_bench_wide_table(capsys):
     rc, out, _ = run(capsys, "bench", "--op", "relu", "--size", "1K", "--peers", "numpy", "--backend", "numpy",
                      "--samples", "3", "--wide", "--no-progress")
@@ -238,13 +252,16 @@ def test_every_peer_computes_the_same_function(peer):
     dy = np.cos(x).astype(np.float32)
     for opname in ma.ops():
         op = bench.parse_op(opname)
-        for direction, arrays in (("forward", (x,)), ("backward", (dy, x))):
+        params = op.call_params(x.dtype)
+        cases = [("forward", (x,)), ("backward", (dy, x))]
+        if ma.ops()[opname].backward_y is not None:
+            cases.append(("backward_y", (dy, ma.forward(opname, x, **params))))
+        for direction, arrays in cases:
             out = np.zeros_like(x)
             b = bench.bind(f"peer:{peer}", op, direction, arrays, out, 1)
             if isinstance(b, str):
                 assert "no peer" in b
                 continue
-            params = op.call_params(x.dtype)
             want = ma.forward(opname, x, **params) if direction == "forward" else ma.backward(opname, dy, x, **params)
             with np.errstate(all="ignore"):
                 got = np.asarray(b.alloc())

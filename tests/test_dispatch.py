@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import multiact as ma
-from multiact import registry
+from multiact import dispatch, registry
 
 
 def _fake(name, priority, ok=True, ops=None, dtypes=("float32", "float64", "float16"), calls=None):
@@ -183,3 +183,24 @@ def test_kernel_errors_name_the_backend(monkeypatch):
         assert ma.tanh(X, backend="numpy")[0] == np.tanh(np.float32(1))  # the registry stays usable
     finally:
         registry.clear_cache()
+
+
+def test_fast_path_for_y_keeps_the_y_checks():
+    """grad(dy, y=) is cached per direction, dtype and parameters: a cached call is the slow path's answer,
+    and what the slow path refuses (x and y both, a y-form the parameters do not allow) stays refused."""
+    registry.clear_cache()
+    x = np.linspace(-3, 3, 37, dtype=np.float32)
+    dy = np.cos(x)
+    y = ma.elu(x, 0.5)
+    first = ma.elu_grad(dy, y=y, alpha=0.5)
+    assert any(k[0] == "backward_y" for k in dispatch.fast_cache(ma.ops()["elu"]))
+    np.testing.assert_array_equal(ma.elu_grad(dy, y=y, alpha=0.5), first)
+    out = np.empty_like(x)
+    assert ma.elu_grad(dy, y=y, alpha=0.5, out=out) is out
+    np.testing.assert_array_equal(out, first)
+    np.testing.assert_allclose(first, ma.elu_grad(dy, x, alpha=0.5), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="not both"):
+        ma.elu_grad(dy, x, y=y, alpha=0.5)
+    with pytest.raises(ValueError, match="y= is only supported"):
+        ma.elu_grad(dy, y=y, alpha=-0.5)  # a negative alpha: y no longer tells the branch
+    registry.clear_cache()
