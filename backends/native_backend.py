@@ -97,7 +97,7 @@ def kernel(op: str, direction: str, dtype: str) -> Callable:
         return _prelu(s, rows[0][1], dtype, op, direction)
     if signature == "prelu_weight_grad":
         return _prelu_weight_grad(s, rows[0][1], dtype)
-    return _swish_beta_grad(s, rows[0][1], dtype)
+    return _swish_beta_grad(s, rows[0][1], dtype, rows[0][4])
 
 
 def _packer(names: tuple[str, ...]) -> Callable[[dict], tuple[float, float, float, float]]:
@@ -273,24 +273,18 @@ def _prelu_weight_grad(s: dict, symbol: str, dtype: str) -> Callable:
     return k
 
 
-def _swish_beta_grad(s: dict, symbol: str, dtype: str) -> Callable:
+def _swish_beta_grad(s: dict, symbol: str, dtype: str, cost: int) -> Callable:
     from multiact import get_num_threads
 
     lib, ffi = s["lib"], s["ffi"]
     fn, ct = getattr(lib, symbol), _CTYPE[dtype]
 
     def k(dy, x, p):
-        beta = float(np.float32(p["beta"]))
-        flat = _flat(dy, x) if dy.flags.aligned and x.flags.aligned else None
-        if flat is not None:
-            return float(fn(ffi.from_buffer(ct, flat[0]), ffi.from_buffer(ct, flat[1]), x.size, beta,
-                            get_num_threads()))
-        total = 0.0
-        it = np.nditer((dy, x), flags=["external_loop", "buffered", "zerosize_ok"], buffersize=_BLOCK)
-        with it:
-            for db, xb in it:
-                db, xb = np.require(db, requirements="CA"), np.require(xb, requirements="CA")
-                total += float(fn(ffi.from_buffer(ct, db), ffi.from_buffer(ct, xb), xb.size, beta, 1))
-        return total
+        order = _order(dy, x)
+        if order is None:  # a sum: contiguous copies give the same partial sums as contiguous inputs
+            dy, x = _c_order(dy, x)
+            order = "C"
+        dyf, xf = (ffi.from_buffer(ct, a.reshape(-1, order=order)) for a in (dy, x))
+        return float(fn(dyf, xf, x.size, float(np.float32(p["beta"])), cost, get_num_threads()))
 
     return k

@@ -42,6 +42,7 @@ COST = {
     "elu_grad": 4, "selu_grad": 4, "celu_grad": 4, "sigmoid_grad": 4, "logsigmoid_grad": 3, "tanh_grad": 4,
     "softplus_grad": 4, "swish_grad": 5, "silu_grad": 5, "fast_gelu_grad": 5, "gelu_tanh_grad": 7,
     "gelu_grad": 12, "mish_grad": 8, "tanhshrink_grad": 5,
+    "swish_beta_grad": 30,  # a double exp per element (a sum, kept in double)
 }
 
 # (public op, direction) -> C name; gelu's variant depends on `approximate` (see cname()).
@@ -158,7 +159,7 @@ _SIGS = {
     "prelu": "void {s}(const {t} *dy, const {t} *x, {t} *y, size_t outer, size_t c, size_t inner, "
              "const float *w, int nthreads);",
     "prelu_weight_grad": "void {s}(const {t} *dy, const {t} *x, size_t outer, size_t c, size_t inner, double *acc);",
-    "swish_beta_grad": "double {s}(const {t} *dy, const {t} *x, size_t n, float beta, int nthreads);",
+    "swish_beta_grad": "double {s}(const {t} *dy, const {t} *x, size_t n, float beta, unsigned cost, int nthreads);",
 }
 
 

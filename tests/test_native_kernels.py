@@ -214,11 +214,11 @@ def test_exponential_tails_keep_relative_accuracy(isa):
 
 def test_costs_name_real_kernels_and_scale_the_threading_threshold():
     """Expensive kernels go parallel at fewer elements: the threshold is on elements x cost."""
-    assert set(K.COST) <= set(K.UNARY) | set(K.BINARY)
+    assert set(K.COST) <= set(K.UNARY) | set(K.BINARY) | {"swish_beta_grad"}
     n = lib.ma_get_parallel_min() // 8  # below the minimum as elements, above it as gelu's work
-    assert lib.ma_chunks_for(n, 2) == 1
-    assert lib.ma_chunks_for(n * K.COST["gelu"], 2) > 1
-    assert lib.ma_chunks_for(n * K.COST["gelu"], 1) == 1
+    assert lib.ma_chunks_for(n, 1, 2) == 1
+    assert lib.ma_chunks_for(n, K.COST["gelu"], 2) > 1
+    assert lib.ma_chunks_for(n, K.COST["gelu"], 1) == 1
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -334,7 +334,8 @@ def test_pool_under_concurrent_callers_and_for_prelu_and_beta_grad():
         np.testing.assert_array_equal(res[0], res[1])
         np.testing.assert_array_equal(res[0], np.where(x > 0, dy, dy * w[:, None]))
         bg = getattr(lib, f"ma_f32_swish_beta_grad__{isa}")
-        b1, b2 = (bg(ffi.from_buffer("float[]", dy), ffi.from_buffer("float[]", x), x.size, 1.3, nt) for nt in (1, 2))
+        bdy, bx = ffi.from_buffer("float[]", dy), ffi.from_buffer("float[]", x)
+        b1, b2 = (bg(bdy, bx, x.size, 1.3, 1, nt) for nt in (1, 2))
         assert b1 == b2
     finally:
         lib.ma_set_parallel_min(old)

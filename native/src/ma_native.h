@@ -21,9 +21,9 @@ const char *ma_kernel_table(void);
 typedef void (*ma_chunk_fn)(void *ctx, size_t chunk);
 /* Run body(ctx, 0..nchunks-1) on up to nthreads threads (the caller included). */
 void ma_parallel_for(size_t nchunks, ma_chunk_fn body, void *ctx, int nthreads);
-/* Chunks for `work` units (elements x the kernel's cost) on nthreads: 1 below
- * ma_get_parallel_min(), else a few per thread. */
-size_t ma_chunks_for(size_t work, int nthreads);
+/* Chunks for n elements of a kernel costing `cost` (native/kernels.py's COST) on nthreads: 1 while
+ * n x cost is below ma_get_parallel_min(), else a few per thread. */
+size_t ma_chunks_for(size_t n, unsigned cost, int nthreads);
 int ma_isa_supported(const char *isa);
 void ma_set_parallel_min(size_t work);
 size_t ma_get_parallel_min(void);

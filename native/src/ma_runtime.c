@@ -46,7 +46,8 @@ size_t ma_get_parallel_min(void) { return parallel_min; }
 typedef void (*unary_fn)(const void *, void *, size_t, const ma_params *);
 typedef void (*binary_fn)(const void *, const void *, void *, size_t, const ma_params *);
 
-size_t ma_chunks_for(size_t work, int nthreads) {
+size_t ma_chunks_for(size_t n, unsigned cost, int nthreads) {
+    size_t work = n > SIZE_MAX / 64 ? SIZE_MAX : n * (cost ? cost : 1);
     if (nthreads <= 1 || work < parallel_min) return 1;
     /* chunks of ~32K units: a helper preempted mid-chunk holds the call up for one chunk only */
     size_t c = work / 32768;
@@ -107,12 +108,10 @@ static void span_chunk(void *ctx, size_t i) {
     run_span(j, lo, hi);
 }
 
-static size_t work_of(size_t n, unsigned cost) { return n > SIZE_MAX / 64 ? SIZE_MAX : n * (cost ? cost : 1); }
-
 /* One elementwise call (v = NULL: unary): on this thread, or in chunks on the pool. */
 static void run_job(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
                     float a, float b, float c, float d, int nthreads) {
-    ew_job j = {fn, u, v, out, n, ma_chunks_for(work_of(n, cost), nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
+    ew_job j = {fn, u, v, out, n, ma_chunks_for(n, cost, nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
         run_span(&j, 0, n);
         return;

@@ -154,8 +154,8 @@ static int check_prelu(void) {
     ISA_SYM(ma_f32_prelu_weight_grad)(DY + 40, X + 40, O, C, I, a1);
     ma_f32_prelu_weight_grad__scalar(DY + 40, X + 40, O, C, I, a2);
     for (int c = 0; c < C; c++) bad += fabs(a1[c] - a2[c]) > 1e-12 * (1 + fabs(a2[c]));
-    double b1 = ISA_SYM(ma_f32_swish_beta_grad)(DY + 40, X + 40, 1000, 1.3f, 1);
-    double b2 = ma_f32_swish_beta_grad__scalar(DY + 40, X + 40, 1000, 1.3f, 1);
+    double b1 = ISA_SYM(ma_f32_swish_beta_grad)(DY + 40, X + 40, 1000, 1.3f, 1, 1);
+    double b2 = ma_f32_swish_beta_grad__scalar(DY + 40, X + 40, 1000, 1.3f, 1, 1);
     bad += fabs(b1 - b2) > 1e-12 * (1 + fabs(b2));
     if (bad) printf("  prelu / weight grad / beta grad: %d mismatches\n", bad);
     return bad;
