@@ -221,6 +221,17 @@ def test_costs_name_real_kernels_and_scale_the_threading_threshold():
     assert lib.ma_chunks_for(n, K.COST["gelu"], 1) == 1
 
 
+def test_split_kernels_are_found_in_the_op_bodies():
+    """The loops test a whole step for the kernels with a fast path; a header line the pattern missed
+    would quietly lose that (every kernel still computes the same bits, only slower)."""
+    header = Path(K.__file__).parent / "src" / "ma_ops.h"
+    lines = [ln for ln in header.read_text().splitlines() if ln.startswith(("MA_SPLIT_UNARY(", "MA_SPLIT_BINARY("))]
+    split = K.split_kernels()
+    assert len(split) == len(lines) and split <= set(K.UNARY) | set(K.BINARY)
+    assert {"sigmoid", "silu", "gelu", "gelu_grad", "mish_grad"} <= split and "relu" not in split
+    assert "MA_UNARY(gelu, split)" in K.x_macro_header() and "MA_UNARY(relu, plain)" in K.x_macro_header()
+
+
 @pytest.mark.parametrize("isa", ISAS)
 def test_threads_split_exactly(isa):
     """The OpenMP split gives the same bits as one thread (cut points are whole vectors)."""
