@@ -68,11 +68,12 @@ MA_INLINE V ma_expneg_k2(V u, V lo, V *sc) {
  * below ulp(u) (d = 0 folds away): u - d = n ln2 + r; returns e^r - 1 and sets s = 2^n, so that
  * e^(u - d) = s + s (e^r - 1) (1.5 ULP) and e^(u - d) - 1 = s (e^r - 1) + (s - 1). */
 MA_INLINE V ma_exp_split(V u, V d, V *s) {
-    V t = VFMA(u, VSPLAT(MA_LOG2E), VSPLAT(MA_MAGIC));
-    V nf = t - VSPLAT(MA_MAGIC);
+    /* the magic number carries the exponent bias: t's low bits hold n + 127, 2^n is one shift away */
+    V t = VFMA(u, VSPLAT(MA_LOG2E), VSPLAT(MA_MAGIC + 127.0f));
+    V nf = t - VSPLAT(MA_MAGIC + 127.0f);
     V r = VFMA(nf, VSPLAT(-MA_LN2_HI), u); /* exact: nf * LN2_HI has at most 17 bits */
     r = VFMA(nf, VSPLAT(-MA_LN2_LO), r) - d;
-    *s = ma_pow2i(v_as_i(t) - v_as_i(VSPLAT(MA_MAGIC)));
+    *s = i_as_v(v_as_i(t) << 23);
     return ma_em1_poly(r);
 }
 MA_INLINE V ma_exp_fast2(V u, V d) {
@@ -157,18 +158,20 @@ MA_INLINE V ma_erfc_q(V a) {
     return g * (ap2 * r);
 }
 
-/* ma_erfc_q for the fast paths only (a <= 8.5): degree 9 fitted on t in [-1, 0.62], 2.2 ULP,
- * in Estrin's order (the chain is 4 FMAs deep, not 9: gelu is bound by latency, not by FMAs). */
-MA_INLINE V ma_erfc_q_fast(V a) {
-    V ap2 = a + VSPLAT(2.0f), den = VFMA(VSPLAT(2.0f), a, VSPLAT(1.0f));
-    V r = ONE_F / (ap2 * den);
-    V t = (a - VSPLAT(2.0f)) * (den * r);
+/* 0.5 erfc(b / sqrt2) e^(b^2 / 2) for 0 <= b <= 12 (gelu's fast paths): ma_erfc_q at a = b / sqrt2
+ * with a degree-9 G fitted on t in [-1, 0.62] (2.2 ULP; fit_coefficients.py), 1 / sqrt2 folded into
+ * t's constants and 0.5 into G's coefficients (exact scalings), in Estrin's order (the chain is 4
+ * FMAs deep, not 9: gelu is bound by latency, not by FMAs). */
+MA_INLINE V ma_half_erfc_q_fast(V b) {
+    V ap2 = b + VSPLAT(2.82842712474619010f), den = VFMA(VSPLAT(1.41421356237309505f), b, VSPLAT(1.0f));
+    V r = ONE_F / (ap2 * den); /* t = (b - 2 sqrt2) / (b + 2 sqrt2), 1 / (1 + sqrt2 b): one division */
+    V t = (b - VSPLAT(2.82842712474619010f)) * (den * r);
     V t2 = t * t, t4 = t2 * t2;
-    V p0 = VFMA(VSPLAT(-9.276391566e-02f), t, VSPLAT(1.276978374e+00f));
-    V p1 = VFMA(VSPLAT(1.640540212e-01f), t, VSPLAT(-1.660308987e-01f));
-    V p2 = VFMA(VSPLAT(-8.054737002e-03f), t, VSPLAT(-5.421083048e-02f));
-    V p3 = VFMA(VSPLAT(1.315746340e-03f), t, VSPLAT(8.658618666e-03f));
-    V p4 = VFMA(VSPLAT(-4.213118809e-04f), t, VSPLAT(-1.265463070e-03f));
+    V p0 = VFMA(VSPLAT(-9.276391566e-02f * 0.5f), t, VSPLAT(1.276978374e+00f * 0.5f));
+    V p1 = VFMA(VSPLAT(1.640540212e-01f * 0.5f), t, VSPLAT(-1.660308987e-01f * 0.5f));
+    V p2 = VFMA(VSPLAT(-8.054737002e-03f * 0.5f), t, VSPLAT(-5.421083048e-02f * 0.5f));
+    V p3 = VFMA(VSPLAT(1.315746340e-03f * 0.5f), t, VSPLAT(8.658618666e-03f * 0.5f));
+    V p4 = VFMA(VSPLAT(-4.213118809e-04f * 0.5f), t, VSPLAT(-1.265463070e-03f * 0.5f));
     V g = VFMA(VFMA(p4, t4, VFMA(p3, t2, p2)), t4, VFMA(p1, t2, p0));
     return g * (ap2 * r);
 }

@@ -349,7 +349,7 @@ MA_SPLIT_BINARY(gelu_tanh_grad, x, 9.0f)
 MA_INLINE V ma_normal_cdf_fast(V x, V *pdf) {
     V e = ma_exp_fast(VSPLAT(-0.5f) * (x * x));
     *pdf = e * VSPLAT(0.39894228040143268f);
-    V c = VSPLAT(0.5f) * (e * ma_erfc_q_fast(ma_abs(x) * VSPLAT(0.70710678118654752f)));
+    V c = e * ma_half_erfc_q_fast(ma_abs(x));
     return VSEL(x <= ZERO, c, ONE - c);
 }
 MA_INLINE V fast_gelu(V x, const ma_params *p) {
