@@ -46,8 +46,8 @@ MA_INLINE V ma_em1_poly(V r) {
 MA_INLINE V ma_pow2i(VI n) { return i_as_v((n + 127u) << 23); } /* n in [-126, 127] */
 
 MA_INLINE V ma_clampv(V x, float lo, float hi) {
-    x = VSEL(x < VSPLAT(lo), VSPLAT(lo), x); /* NaN compares false: stays NaN */
-    return VSEL(x > VSPLAT(hi), VSPLAT(hi), x);
+    x = VGT_SEL(VSPLAT(lo), x); /* NaN compares false: stays NaN */
+    return VLT_SEL(VSPLAT(hi), x);
 }
 
 /* e^(u + lo) for u <= 0 (lo a tiny correction, |lo| << ulp(u)), scaled as described above.
@@ -128,7 +128,7 @@ MA_INLINE V ma_finite(V x) { return ma_clampv(x, -MA_FLT_MAX, MA_FLT_MAX); }
  * one expm1 serves every |x| (no cancellation near 0), NaN passes through.  2.5 ULP. */
 MA_INLINE V ma_tanh(V x) {
     V a = ma_abs(x);
-    V s, em = ma_exp_split(VSPLAT(-2.0f) * VSEL(a > VSPLAT(9.5f), VSPLAT(9.5f), a), VSPLAT(0.0f), &s);
+    V s, em = ma_exp_split(VSPLAT(-2.0f) * VLT_SEL(VSPLAT(9.5f), a), VSPLAT(0.0f), &s);
     V m = VFMA(s, em, s - VSPLAT(1.0f)); /* s = 2^n, n in [-28, 0] */
     return ma_copysign(m / (VSPLAT(-2.0f) - m), x);
 }

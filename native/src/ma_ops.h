@@ -22,7 +22,7 @@
 #define GELU_TANH_C 0.044715f
 
 /* ---- piecewise linear ---- */
-MA_INLINE V op_relu(V x, const ma_params *p) { (void)p; return VSEL(x < ZERO, ZERO, x); }
+MA_INLINE V op_relu(V x, const ma_params *p) { (void)p; return VGT_SEL(ZERO, x); }
 MA_INLINE V op_relu_grad(V dy, V x, const ma_params *p) { (void)p; return KEEPNAN(x, VSEL(x > ZERO, dy, ZERO)); }
 MA_INLINE V op_relu6(V x, const ma_params *p) { (void)p; return ma_clampv(x, 0.0f, 6.0f); }
 MA_INLINE V op_relu6_grad(V dy, V x, const ma_params *p) {
@@ -67,7 +67,7 @@ MA_INLINE V op_threshold_grad(V dy, V x, const ma_params *p) { return KEEPNAN(x,
 /* alpha * e^x for x <= 0 times dy, with the tail scaling applied last. */
 MA_INLINE V ma_dy_alpha_exp(V dy, V x, float alpha) {
     V sc;
-    V eK = ma_expneg_k(VSEL(x > ZERO, ZERO, x), &sc);
+    V eK = ma_expneg_k(VLT_SEL(ZERO, x), &sc);
     return (dy * (VSPLAT(alpha) * eK)) * sc;
 }
 MA_INLINE V op_elu(V x, const ma_params *p) { return VSEL(x > ZERO, x, VSPLAT(p->a) * ma_expm1(x)); }
@@ -164,13 +164,13 @@ MA_SPLIT_BINARY(sigmoid_grad, x, 80.0f)
 MA_INLINE V op_sigmoid_grad_y(V dy, V y, const ma_params *p) { (void)p; return dy * (y * (ONE - y)); }
 MA_INLINE V fast_logsigmoid(V x, const ma_params *p) {
     (void)p;
-    return VSEL(x < ZERO, x, ZERO) - ma_log1p01(ma_exp_fast(-ma_abs(x)));
+    return VLT_SEL(x, ZERO) - ma_log1p01(ma_exp_fast(-ma_abs(x)));
 }
 MA_INLINE V gen_logsigmoid(V x, const ma_params *p) {
     (void)p;
     V sc;
     V eK = ma_expneg_k(-ma_abs(x), &sc);
-    return VSEL(x < ZERO, x, ZERO) - ma_log1p01(eK * sc);
+    return VLT_SEL(x, ZERO) - ma_log1p01(eK * sc);
 }
 MA_SPLIT_UNARY(logsigmoid, x, 80.0f)
 /* dy * sigmoid(-x) */
@@ -199,7 +199,7 @@ MA_SPLIT_BINARY(tanh_grad, x, 40.0f)
 MA_INLINE V op_tanh_grad_y(V dy, V y, const ma_params *p) { (void)p; return dy * ((ONE - y) * (ONE + y)); }
 MA_INLINE V fast_softplus(V x, const ma_params *p) {
     V z = x * VSPLAT(p->a);
-    V body = VSEL(z > ZERO, z, ZERO) + ma_log1p01(ma_exp_fast(-ma_abs(z)));
+    V body = VGT_SEL(z, ZERO) + ma_log1p01(ma_exp_fast(-ma_abs(z)));
     return VSEL(z > VSPLAT(p->b), x, body / VSPLAT(p->a)); /* no branch: it would split the step */
 }
 MA_INLINE V gen_softplus(V x, const ma_params *p) {
@@ -207,7 +207,7 @@ MA_INLINE V gen_softplus(V x, const ma_params *p) {
     V z = x * b;
     V sc;
     V eK = ma_expneg_k(-ma_abs(z), &sc);
-    V body = (VSEL(z > ZERO, z, ZERO) + ma_log1p01(eK * sc)) / b;
+    V body = (VGT_SEL(z, ZERO) + ma_log1p01(eK * sc)) / b;
     /* deep left tail: log1p(e) = e, keep it scaled until the end */
     V tail = (eK / b) * sc;
     V r = VSEL(MAND(z < ZERO, sc < ONE), tail, body);

@@ -61,6 +61,9 @@ typedef int32_t VM __attribute__((vector_size(32)));
 #define VSTORE_H(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
 #define VFMA(a, b, c) ((V)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
 #define VSEL(m, a, b) ((V)_mm256_blendv_ps((__m256)(b), (__m256)(a), (__m256)(m)))
+/* maxps / minps are exactly a > b ? a : b and a < b ? a : b (NaN and -0 included): one op, not two */
+#define VGT_SEL(a, b) ((V)_mm256_max_ps((__m256)(a), (__m256)(b)))
+#define VLT_SEL(a, b) ((V)_mm256_min_ps((__m256)(a), (__m256)(b)))
 /* non-temporal stores: f32 needs 32-byte, f16 16-byte aligned addresses */
 #define MA_HAVE_STREAM 1
 #define VSTREAM(p, v) _mm256_stream_ps((p), (__m256)(v))
@@ -93,6 +96,12 @@ typedef double VD __attribute__((vector_size(32)));
 
 #else
 #error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON"
+#endif
+
+#if !defined(VGT_SEL)
+/* a > b ? a : b and a < b ? a : b (not fmax/fmin: those differ on NaN and signed zeros) */
+#define VGT_SEL(a, b) VSEL((a) > (b), (a), (b))
+#define VLT_SEL(a, b) VSEL((a) < (b), (a), (b))
 #endif
 
 #if !defined(MA_ISA_SCALAR)
