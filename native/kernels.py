@@ -32,17 +32,18 @@ BINARY = (
     "gelu_grad", "mish_grad", "tanhshrink_grad",
 )
 
-# A kernel's time per element relative to streaming one element through memory (in-cache AVX2
-# timings over a copy's 0.4 ns, rounded); unlisted kernels (piecewise linear) cost 1.  The runtime
-# threads a call once elements x cost reach its parallel minimum, so that expensive kernels go
-# parallel at smaller sizes.
+# A kernel's time per element relative to relu's (in cache, AVX2 on the project's Zen 1, where relu
+# takes ~0.21 ns: after the four-vector steps, rounded); unlisted kernels (piecewise linear) cost 1.
+# The runtime threads a call once elements x cost reach its parallel minimum (256K: where a second
+# thread gives relu 1.38x here; at 128K 1.12x), so that expensive kernels go parallel at smaller sizes
+# (measured break-even for gelu and sigmoid: ~12K elements; they now start at 21K and 51K).
 COST = {
-    "elu": 4, "selu": 4, "celu": 5, "sigmoid": 4, "logsigmoid": 6, "tanh": 4, "softplus": 7, "swish": 4,
-    "silu": 4, "fast_gelu": 4, "gelu_tanh": 5, "gelu": 11, "mish": 6, "tanhshrink": 8,
-    "elu_grad": 4, "selu_grad": 4, "celu_grad": 4, "sigmoid_grad": 4, "logsigmoid_grad": 3, "tanh_grad": 4,
-    "softplus_grad": 4, "swish_grad": 5, "silu_grad": 5, "fast_gelu_grad": 5, "gelu_tanh_grad": 7,
-    "gelu_grad": 12, "mish_grad": 8, "tanhshrink_grad": 5,
-    "swish_beta_grad": 30,  # a double exp per element (a sum, kept in double)
+    "elu": 5, "selu": 5, "celu": 7, "sigmoid": 5, "logsigmoid": 8, "tanh": 6, "softplus": 10, "swish": 7,
+    "silu": 5, "fast_gelu": 6, "gelu_tanh": 8, "gelu": 12, "mish": 7, "tanhshrink": 13,
+    "elu_grad": 8, "selu_grad": 8, "celu_grad": 8, "sigmoid_grad": 7, "logsigmoid_grad": 7, "tanh_grad": 6,
+    "softplus_grad": 7, "swish_grad": 7, "silu_grad": 8, "fast_gelu_grad": 7, "gelu_tanh_grad": 11,
+    "gelu_grad": 15, "mish_grad": 10, "tanhshrink_grad": 6,
+    "swish_beta_grad": 63,  # a double exp per element (a sum, kept in double)
 }
 
 # (public op, direction) -> C name; gelu's variant depends on `approximate` (see cname()).
