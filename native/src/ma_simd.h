@@ -3,7 +3,7 @@
  *
  * The translation unit defines exactly one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON before
  * including this file.  GCC vector extensions give +,-,*,/, comparisons (lanes of 0 / -1) and
- * bit casts for free; only loads, stores, FMA, blend and half conversions need intrinsics.
+ * bit casts for free; only loads, stores, FMA, blend, min/max and half conversions need intrinsics.
  *   V  float lanes, VI uint32 lanes (bit patterns), VM comparison masks; VALL(m): every lane of m set.
  */
 #ifndef MA_SIMD_H
