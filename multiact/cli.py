@@ -316,9 +316,15 @@ def render_bench_wide(res: dict[str, Any]) -> str:
                     *(fmt(d[i].ns_per_element) if i in d else "-" for i in impls),
                     fmt(copy.ns_per_element) if copy else "-", ratio])
     head = ["op", "dir", "dtype", "size", "thr", "mode", *impls, "copy", "best ma vs best peer"]
+    notes = {}  # e.g. torch's sigmoid backward starts from y: say so under the table
+    for r in rows:
+        if r.note:
+            notes.setdefault((display_name(r), r.note), []).append(r.op)
+    said = "".join(f"\n{impl} {note}: {', '.join(dict.fromkeys(ops))}" for (impl, note), ops in notes.items())
     return (table(out, head, "llllrl" + "r" * (len(impls) + 2))
             + "\nns per element, median of interleaved samples (lower is better); copy: np.copyto of the same "
-              "bytes;\nlast column: the best peer's time over the best multiact backend's (above 1: multiact faster).")
+              "bytes;\nlast column: the best peer's time over the best multiact backend's (above 1: multiact faster)."
+            + said)
 
 
 # ---- demo -----------------------------------------------------------------------

@@ -213,6 +213,14 @@ def test_bench_backward_y_starts_from_the_output(capsys, tmp_path):
     assert rc != 0 and "backward_y" in err
 
 
+def test_bench_wide_table_says_which_peer_rows_start_from_y(capsys):
+    if not peers.available("torch")[0]:
+        pytest.skip("torch is not installed")
+    rc, out, _ = run(capsys, "bench", "--op", "sigmoid,relu", "--size", "1K", "--direction", "backward", "--peers",
+                     "torch", "--backend", "numpy", "--samples", "3", "--wide", "--no-progress")
+    assert rc == 0 and "torch backward from y: sigmoid\n" in out
+
+
 def test_bench_wide_table(capsys):
     rc, out, _ = run(capsys, "bench", "--op", "relu", "--size", "1K", "--peers", "numpy", "--backend", "numpy",
                      "--samples", "3", "--wide", "--no-progress")
