@@ -100,30 +100,12 @@ def {name}(x{pre}, *, out=None, backend=None):
     return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)
 """
 
+# One hot path for x and, for ops with a y-form, y= (a cached backward_y passed _grad's y= checks
+# for these parameters and this dtype before it was cached).
 _FAST_GRAD = """
-def {name}_grad(dy, x{pre}, *, out=None, backend=None):
-    if type(dy) is _nd and type(x) is _nd and dy.dtype == x.dtype and dy.shape == x.shape:
-        hit = _cache.get(('backward', x.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
-        if hit is not None and (out is None or out is dy or out is x or _out_ok(out, x, dy)):
-            res = _empty_like(x) if out is None else out
-            try:
-                hit.kernel(dy, x, res, hit.p)
-            except Exception as e:
-                _annotate(e, hit)
-                raise
-            return res
-    return _grad(_spec, dy, x, None, {pdict}, out, backend)
-"""
-
-# Ops with a y-form: x or y= takes the hot path (a cached backward_y passed _grad's y= checks for
-# these parameters and this dtype before it was cached).
-_FAST_GRAD_Y = """
-def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
+def {name}_grad(dy, x{xdef}{pre}, *, {ykw}out=None, backend=None):
     if type(dy) is _nd:
-        if y is None:
-            a, d = x, 'backward'
-        else:
-            a, d = (y, 'backward_y') if x is None else (None, None)
+{pick}
         if type(a) is _nd and dy.dtype == a.dtype and dy.shape == a.shape:
             hit = _cache.get((d, a.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
             if hit is not None and (out is None or out is dy or out is a or _out_ok(out, a, dy)):
@@ -134,8 +116,13 @@ def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
                     _annotate(e, hit)
                     raise
                 return res
-    return _grad(_spec, dy, x, y, {pdict}, out, backend)
+    return _grad(_spec, dy, x, {y}, {pdict}, out, backend)
 """
+_PICK_X = "        a, d = x, 'backward'"
+_PICK_XY = """        if y is None:
+            a, d = x, 'backward'
+        else:
+            a, d = (y, 'backward_y') if x is None else (None, None)"""
 
 
 def _make(spec: OpSpec) -> dict[str, Any]:
@@ -156,10 +143,13 @@ def _make(spec: OpSpec) -> dict[str, Any]:
         ]
     else:
         pkey = "".join(f", {p.name}.__class__, {p.name}" for p in spec.params)
-        grad = _FAST_GRAD if spec.backward_y is None else _FAST_GRAD_Y
+        has_y = spec.backward_y is not None
         src = [
             _FAST_FWD.format(name=name, pre=pre, pkey=pkey, pdict=pdict),
-            grad.format(name=name, pre=pre, pkey=pkey, pdict=pdict),
+            _FAST_GRAD.format(
+                name=name, pre=pre, pkey=pkey, pdict=pdict, pick=_PICK_XY if has_y else _PICK_X,
+                xdef="=None" if has_y else "", ykw="y=None, " if has_y else "", y="y" if has_y else "None",
+            ),
         ]
     if spec.param_grad is not None:
         src.append(
