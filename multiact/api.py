@@ -50,8 +50,7 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     p = spec.validate(params)
     if not spec.supports_y(p):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}")
-    single = getattr(getattr(y, "dtype", None), "itemsize", 8) <= 4  # NumPy, torch, CuPy...: float16/bfloat16/32
-    if single and not spec.supports_y(in_float32(p)):
+    if not spec.supports_y(p, getattr(y, "dtype", None)):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}, in float32 (where the kernels "
                          f"compute {y.dtype}): the parameters {p} round to {in_float32(p)}")
     return dispatch.call(spec, "backward_y", {"dy": dy, "y": y}, params, out, backend)

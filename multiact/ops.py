@@ -173,8 +173,12 @@ class OpSpec:
             "param_grad": self.param_grad is not None,
         }.get(direction, False)
 
-    def supports_y(self, params: Mapping[str, Any]) -> bool:
-        return self.backward_y is not None and self.y_allowed(params)
+    def supports_y(self, params: Mapping[str, Any], dtype: Any = None) -> bool:
+        """Whether the y-form holds for these parameters; for a single-precision dtype (NumPy, torch,
+        CuPy: 4 bytes or fewer), also for the parameters rounded to float32, where its kernels compute."""
+        if self.backward_y is None or not self.y_allowed(params):
+            return False
+        return getattr(dtype, "itemsize", 8) > 4 or self.y_allowed(in_float32(params))
 
     def validate(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Plain, checked parameter values (defaults filled in)."""

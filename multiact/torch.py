@@ -23,7 +23,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from . import dispatch
-from .ops import OPS, REQUIRED, OpSpec, in_float32
+from .ops import OPS, REQUIRED, OpSpec
 
 __all__: list[str] = []
 
@@ -47,9 +47,7 @@ class _Activation(torch.autograd.Function):
     def forward(ctx, spec: OpSpec, params: dict, inplace: bool, backend: str | None, x, learn):
         p = _with_learn(spec, params, learn)
         xd = x.detach()
-        vp = spec.validate(p)
-        single = xd.dtype in (torch.float16, torch.float32, torch.bfloat16)
-        from_y = inplace and spec.supports_y(vp) and (not single or spec.supports_y(in_float32(vp)))
+        from_y = inplace and spec.supports_y(spec.validate(p), xd.dtype)
         saved = None
         if inplace and not from_y and any(ctx.needs_input_grad[4:]):
             saved = xd.clone()  # the input is about to be overwritten and the backward needs it
