@@ -106,13 +106,11 @@ def _packer(names: tuple[str, ...]) -> Callable[[dict], tuple[float, float, floa
     return lambda p: (*(float(p[n]) for n in names), *(0.0,) * (4 - len(names)))
 
 
-def _flat(*arrays: np.ndarray) -> tuple[np.ndarray, ...] | None:
-    """The arrays as buffers cffi takes when all are contiguous in the same memory order, else None."""
-    if all(a.flags.c_contiguous for a in arrays):
-        return arrays  # C-contiguous arrays of any shape export a flat buffer as they are
-    if all(a.flags.f_contiguous for a in arrays):
-        return tuple(a.reshape(-1, order="F") for a in arrays)
-    return None
+def _flat(*arrays: np.ndarray, aligned: bool = False) -> tuple[np.ndarray, ...] | None:
+    """The arrays as flat views in memory order when all are contiguous in the same order (and, if
+    asked, aligned), else None.  The elementwise runner bounces misaligned arrays itself."""
+    order = _order(*arrays, aligned=aligned)
+    return None if order is None else tuple(a.reshape(-1, order=order) for a in arrays)
 
 
 def _blocks(ins: tuple[np.ndarray, ...], out: np.ndarray):
@@ -209,9 +207,10 @@ def _channels(x: np.ndarray, weight: np.ndarray, axis: int, order: str) -> tuple
     return int(np.prod(shape[:ax], dtype=np.int64)), shape[ax], int(np.prod(shape[ax + 1:], dtype=np.int64))
 
 
-def _order(*arrays: np.ndarray) -> str | None:
-    """'C' or 'F' when all arrays are contiguous in that order and aligned (C dereferences), else None."""
-    if not all(a.flags.aligned for a in arrays):
+def _order(*arrays: np.ndarray, aligned: bool = True) -> str | None:
+    """'C' or 'F' when all arrays are contiguous in that order and (by default) aligned, for C code
+    that dereferences them; else None."""
+    if aligned and not all(a.flags.aligned for a in arrays):
         return None
     if all(a.flags.c_contiguous for a in arrays):
         return "C"
@@ -280,11 +279,9 @@ def _swish_beta_grad(s: dict, symbol: str, dtype: str, cost: int) -> Callable:
     fn, ct = getattr(lib, symbol), _CTYPE[dtype]
 
     def k(dy, x, p):
-        order = _order(dy, x)
-        if order is None:  # a sum: contiguous copies give the same partial sums as contiguous inputs
-            dy, x = _c_order(dy, x)
-            order = "C"
-        dyf, xf = (ffi.from_buffer(ct, a.reshape(-1, order=order)) for a in (dy, x))
+        # a sum: contiguous copies of strided inputs give the same partial sums as contiguous inputs
+        flat = _flat(dy, x, aligned=True) or _flat(*_c_order(dy, x))
+        dyf, xf = (ffi.from_buffer(ct, a) for a in flat)
         return float(fn(dyf, xf, x.size, float(np.float32(p["beta"])), cost, get_num_threads()))
 
     return k
