@@ -167,12 +167,7 @@ def _reduce(key: str, dy: np.ndarray, x: np.ndarray, a: float) -> float:
 
 def _reduce_call(pair, arrays, a) -> float:
     arrays = _inputs(arrays)
-    if arrays[0].shape[0] >= _PAR_MIN and _threads() > 1:
-        import numba
-
-        numba.set_num_threads(_threads())
-        return float(pair.call(True, *arrays, a, 0.0))
-    return float(pair.call(False, *arrays, a, 0.0))
+    return float(_call(pair, arrays[0].shape[0], (*arrays, a, 0.0)))
 
 
 def _swish_beta_grad(dy, x, p) -> float:
@@ -235,20 +230,25 @@ def _inputs(arrays) -> tuple:
     return tuple(out)
 
 
+def _call(pair, n: int, args: tuple, parallel: bool | None = None) -> Any:
+    """The parallel loop for n >= _PAR_MIN elements when threads are allowed (parallel: decided by
+    the caller for a whole blocked call), else the serial one."""
+    if parallel is None:
+        parallel = _threads() > 1
+    if parallel and n >= _PAR_MIN:
+        import numba
+
+        numba.set_num_threads(_threads())
+        return pair.call(True, *args)
+    return pair.call(False, *args)
+
+
 def _dispatch(pair, arrays, a, b, parallel: bool | None = None) -> None:
     """Run the serial or the parallel compiled loop on contiguous 1-D arrays (inputs..., out).
 
     The inputs are passed read-only, as `compile_blocks` compiles them: one signature per loop."""
     arrays = (*_inputs(arrays[:-1]), arrays[-1])
-    if parallel is None:
-        parallel = arrays[0].shape[0] >= _PAR_MIN and _threads() > 1
-    if parallel and arrays[0].shape[0] >= _PAR_MIN:
-        import numba
-
-        numba.set_num_threads(_threads())
-        pair.call(True, *arrays, a, b)
-        return
-    pair.call(False, *arrays, a, b)
+    _call(pair, arrays[0].shape[0], (*arrays, a, b), parallel)
 
 
 def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -> None:
