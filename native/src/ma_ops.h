@@ -263,8 +263,8 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
     V g = dy * a;
     return VSEL(neg, g * sc, g);
 }
-/* z = k x; the general bodies clamp x to +-FLT_MAX (inf * 0 stays 0).  Each use is followed by
- * its MA_SPLIT lines. */
+/* z = k x; the general bodies clamp x to +-FLT_MAX (inf * 0 stays 0).  Both directions are split
+ * (native/kernels.py counts an MA_GATE_OPS line as name and name_grad). */
 #define MA_GATE_OPS(name, kexpr)                                                            \
     MA_INLINE V fast_##name(V x, const ma_params *p) {                                      \
         (void)p;                                                                            \
@@ -274,6 +274,7 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
         (void)p;                                                                            \
         return ma_gate_fwd(x, ma_finite(x) * (kexpr), ZERO);                                \
     }                                                                                       \
+    MA_SPLIT_UNARY(name, x * (kexpr), 80.0f)                                                \
     MA_INLINE V fast_##name##_grad(V dy, V x, const ma_params *p) {                         \
         (void)p;                                                                            \
         return ma_gate_grad_fast(dy, x, x * (kexpr), ZERO, (kexpr));                        \
@@ -282,16 +283,11 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
         (void)p;                                                                            \
         V xc = ma_finite(x);                                                                \
         return ma_gate_grad(dy, xc, xc * (kexpr), ZERO, (kexpr));                           \
-    }
+    }                                                                                       \
+    MA_SPLIT_BINARY(name##_grad, x * (kexpr), 80.0f)
 MA_GATE_OPS(swish, VSPLAT(p->a))
-MA_SPLIT_UNARY(swish, x * VSPLAT(p->a), 80.0f)
-MA_SPLIT_BINARY(swish_grad, x * VSPLAT(p->a), 80.0f)
 MA_GATE_OPS(silu, ONE)
-MA_SPLIT_UNARY(silu, x, 80.0f)
-MA_SPLIT_BINARY(silu_grad, x, 80.0f)
 MA_GATE_OPS(fast_gelu, VSPLAT(1.702f))
-MA_SPLIT_UNARY(fast_gelu, x * VSPLAT(1.702f), 80.0f)
-MA_SPLIT_BINARY(fast_gelu_grad, x * VSPLAT(1.702f), 80.0f)
 
 /* z = 2k (x + c x^3) in double, split into z + zlo: several float roundings of z would cost
  * |z| ULPs each in the e^z tail (x < -9). */
