@@ -87,39 +87,33 @@ def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
     F, A = torch.nn.functional, torch.ops.aten
     g = p.get
     a_sel, s_sel = _SELU
+
+    def elu_bwd(alpha, scale, input_scale, is_result):  # torch's elu/selu/celu backward, from x or from y
+        return (lambda d, v: A.elu_backward(d, alpha, scale, input_scale, is_result, v),
+                lambda d, v, o: A.elu_backward.grad_input(d, alpha, scale, input_scale, is_result, v, grad_input=o))
+
+    def leaky_bwd(is_result):
+        return (lambda d, v: A.leaky_relu_backward(d, v, g("negative_slope"), is_result),
+                lambda d, v, o: A.leaky_relu_backward.grad_input(d, v, g("negative_slope"), is_result, grad_input=o))
+
+    relu_bwd = (lambda d, v: A.threshold_backward(d, v, 0),  # y > 0 exactly where x > 0: x or y
+                lambda d, v, o: A.threshold_backward.grad_input(d, v, 0, grad_input=o))
+    celu_k = 1 / g("alpha") if g("alpha") else 1.0  # used for celu only (nonzero alpha); elu's may be 0
     return {
-        "relu": {"fwd": (F.relu, lambda x, o: A.relu.out(x, out=o)),
-                 "bwd": (lambda d, x: A.threshold_backward(d, x, 0),
-                         lambda d, x, o: A.threshold_backward.grad_input(d, x, 0, grad_input=o)),
-                 "bwd_y": (lambda d, y: A.threshold_backward(d, y, 0),
-                           lambda d, y, o: A.threshold_backward.grad_input(d, y, 0, grad_input=o))},
+        "relu": {"fwd": (F.relu, lambda x, o: A.relu.out(x, out=o)), "bwd": relu_bwd, "bwd_y": relu_bwd},
         "relu6": {"fwd": (F.relu6, lambda x, o: A.hardtanh.out(x, 0.0, 6.0, out=o)),
                   "bwd": (lambda d, x: A.hardtanh_backward(d, x, 0.0, 6.0),
                           lambda d, x, o: A.hardtanh_backward.grad_input(d, x, 0.0, 6.0, grad_input=o))},
         "leaky_relu": {
             "fwd": (lambda x: F.leaky_relu(x, g("negative_slope")),
                     lambda x, o: A.leaky_relu.out(x, g("negative_slope"), out=o)),
-            "bwd": (lambda d, x: A.leaky_relu_backward(d, x, g("negative_slope"), False),
-                    lambda d, x, o: A.leaky_relu_backward.grad_input(d, x, g("negative_slope"), False, grad_input=o)),
-            "bwd_y": (lambda d, y: A.leaky_relu_backward(d, y, g("negative_slope"), True),
-                      lambda d, y, o: A.leaky_relu_backward.grad_input(d, y, g("negative_slope"), True, grad_input=o))},
+            "bwd": leaky_bwd(False), "bwd_y": leaky_bwd(True)},
         "elu": {"fwd": (lambda x: F.elu(x, g("alpha")), lambda x, o: A.elu.out(x, g("alpha"), 1, 1, out=o)),
-                "bwd": (lambda d, x: A.elu_backward(d, g("alpha"), 1, 1, False, x),
-                        lambda d, x, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1, False, x, grad_input=o)),
-                "bwd_y": (lambda d, y: A.elu_backward(d, g("alpha"), 1, 1, True, y),
-                          lambda d, y, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1, True, y, grad_input=o))},
+                "bwd": elu_bwd(g("alpha"), 1, 1, False), "bwd_y": elu_bwd(g("alpha"), 1, 1, True)},
         "selu": {"fwd": (F.selu, lambda x, o: A.elu.out(x, a_sel, s_sel, 1, out=o)),
-                 "bwd": (lambda d, x: A.elu_backward(d, a_sel, s_sel, 1, False, x),
-                         lambda d, x, o: A.elu_backward.grad_input(d, a_sel, s_sel, 1, False, x, grad_input=o)),
-                 "bwd_y": (lambda d, y: A.elu_backward(d, a_sel, s_sel, 1, True, y),
-                           lambda d, y, o: A.elu_backward.grad_input(d, a_sel, s_sel, 1, True, y, grad_input=o))},
+                 "bwd": elu_bwd(a_sel, s_sel, 1, False), "bwd_y": elu_bwd(a_sel, s_sel, 1, True)},
         "celu": {"fwd": (lambda x: F.celu(x, g("alpha")), lambda x, o: A.celu.out(x, g("alpha"), out=o)),
-                 "bwd": (lambda d, x: A.elu_backward(d, g("alpha"), 1, 1 / g("alpha", 1.0), False, x),
-                         lambda d, x, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1 / g("alpha", 1.0), False, x,
-                                                                   grad_input=o)),
-                 "bwd_y": (lambda d, y: A.elu_backward(d, g("alpha"), 1, 1 / g("alpha", 1.0), True, y),
-                           lambda d, y, o: A.elu_backward.grad_input(d, g("alpha"), 1, 1 / g("alpha", 1.0), True, y,
-                                                                     grad_input=o))},
+                 "bwd": elu_bwd(g("alpha"), 1, celu_k, False), "bwd_y": elu_bwd(g("alpha"), 1, celu_k, True)},
         "gelu": {"fwd": (lambda x: F.gelu(x, approximate=g("approximate")),
                          lambda x, o: A.gelu.out(x, approximate=g("approximate"), out=o)),
                  "bwd": (lambda d, x: A.gelu_backward(d, x, approximate=g("approximate")),
