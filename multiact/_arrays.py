@@ -53,7 +53,7 @@ def as_host_array(a: Any, argname: str, *, writeable: bool = False) -> np.ndarra
     writeable=True marks a destination (out=): it must be a view we can write through.
     """
     if isinstance(a, np.ndarray):
-        arr = a
+        arr = a if type(a) is np.ndarray else a.view(np.ndarray)  # a subclass (np.matrix...): its base array
     elif _is_torch(a):
         arr = _torch_view(a, argname, writeable)
     elif isinstance(a, (list, tuple, float, int, np.generic)) and not isinstance(a, bool):
@@ -65,9 +65,25 @@ def as_host_array(a: Any, argname: str, *, writeable: bool = False) -> np.ndarra
             f"{argname} must be an array (NumPy, a torch tensor, a CUDA array, a Dask array) "
             f"or a list/float, got {type(a).__name__}"
         )
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:
+        arr = _native_order(arr, argname, writeable)
     if arr.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{argname} must have a float16, float32 or float64 dtype, got {arr.dtype}")
     return arr
+
+
+def _native_order(arr: np.ndarray, argname: str, writeable: bool) -> np.ndarray:
+    """A byte-swapped input (FITS files, network buffers) as a native-order copy; results are native.
+
+    A destination cannot be swapped in place without a second pass, so it is refused by name.
+    """
+    native = arr.dtype.newbyteorder("=")
+    if writeable:
+        raise ValueError(
+            f"{argname} has non-native byte order ({arr.dtype.str}); results are written in native order "
+            f"({native.name}): pass a native-order out"
+        )
+    return arr.astype(native)
 
 
 def _torch_view(a: Any, argname: str, writeable: bool) -> np.ndarray:
@@ -106,7 +122,10 @@ _TORCH_OK = _TorchDtypes()
 
 
 def wrap_like(result: np.ndarray, like: Any) -> Any:
-    """Return the host result in the caller's kind: a tensor (of its dtype) for a tensor, else NumPy."""
+    """Return the host result in the caller's kind: a tensor (of its dtype) for a tensor, the caller's
+    ndarray subclass as NumPy's ufuncs would return it (np.matrix stays a matrix), else NumPy."""
+    if isinstance(like, np.ndarray):
+        return result if type(like) is np.ndarray else like.__array_wrap__(result, None)
     if _is_torch(like):
         torch = sys.modules["torch"]
         t = torch.from_numpy(result)

@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 
 from . import dispatch, registry
-from .ops import OPS, REQUIRED, OpSpec, get, in_float32
+from .errors import YFormError
+from .ops import OPS, REQUIRED, OpSpec, get, in_float32, value_key
 
 
 def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, **params: Any) -> Any:
@@ -38,7 +39,7 @@ def param_grad(op: str, param: str, dy: Any, x: Any, *, backend: str | None = No
 
 
 def _grad(spec: OpSpec, dy, x, y, params, out, backend):
-    name = f"{spec.name}_grad()"
+    name = spec.label("backward")
     if y is None:
         if x is None:
             raise TypeError(f"{name} needs the input x (or, where the op allows it, the output y=)")
@@ -46,8 +47,8 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     if x is not None:
         raise ValueError(f"{name}: pass the input x or the output y=, not both")
     if spec.backward_y is None:
-        raise ValueError(f"{name}: y= is not supported: {spec.name}'s derivative needs the input x")
-    p = spec.validate(params)
+        raise YFormError(f"{name}: y= is not supported: {spec.name}'s derivative needs the input x")
+    p = spec.validate(params, name)
     if not spec.supports_y(p):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}")
     if not spec.supports_y(p, getattr(y, "dtype", None)):
@@ -65,9 +66,15 @@ def _param_doc(spec: OpSpec) -> str:
     return "\n".join(lines)
 
 
-def _sig(spec: OpSpec) -> tuple[str, str]:
-    """('a=1.0, b=2.0', "{'a': a, 'b': b}") for the op's parameters."""
-    parts = [p.name if p.default is REQUIRED else f"{p.name}={p.default!r}" for p in spec.params]
+def _sig(spec: OpSpec, x_optional: bool = False) -> tuple[str, str]:
+    """('a=1.0, b=2.0', "{'a': a, 'b': b}") for the op's parameters.  After an optional x (a backward
+    may take y= instead), a required parameter defaults to REQUIRED, which validation refuses by name."""
+    def default(p):
+        if p.default is not REQUIRED:
+            return f"={p.default!r}"
+        return "=REQUIRED" if x_optional else ""
+
+    parts = [f"{p.name}{default(p)}" for p in spec.params]
     return ", ".join(parts), "{" + ", ".join(f"{p.name!r}: {p.name}" for p in spec.params) + "}"
 
 
@@ -84,12 +91,21 @@ def _docs(spec: OpSpec) -> dict[str, str]:
     return {"fwd": fwd, "bwd": bwd}
 
 
+# The hot path: a call on plain NumPy arrays whose (direction, dtype, parameter values, backend
+# preference) was seen before runs its cached kernel after the same checks of its arrays as the
+# checked path (check_out; dtype and shape agreement). Parameters take it only as plain numbers
+# (or str choices): anything else (a tensor, a list, an object with __float__) is read afresh by
+# dispatch.call, and the key holds the value itself, +0.0 and -0.0 apart.
 _FAST_FWD = """
 def {name}(x{pre}, *, out=None, backend=None):
-    if type(x) is _nd:
-        hit = _cache.get(('forward', x.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
-        if hit is not None and (out is None or out is x or _out_ok(out, x)):
-            res = _empty_like(x) if out is None else out
+    if type(x) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
+        hit = _cache.get(('forward', x.dtype{keys}, backend, _scope.get(), _reg._env_backend))
+        if hit is not None:
+            if out is None:
+                res = _empty_like(x)
+            else:
+                _check_out(_FN, out, {{'x': x}}, x)
+                res = out
             try:
                 hit.kernel(x, res, hit.p)
             except Exception as e:
@@ -99,56 +115,77 @@ def {name}(x{pre}, *, out=None, backend=None):
     return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)
 """
 
-# One hot path for x and, for ops with a y-form, y= (a cached backward_y passed _grad's y= checks
-# for these parameters and this dtype before it was cached).
+# One hot path for x and y= (a cached backward_y passed _grad's y= checks for these parameters and
+# this dtype before it was cached; an op without a y-form never has one, so y= reaches _grad's message).
 _FAST_GRAD = """
-def {name}_grad(dy, x{xdef}{pre}, *, {ykw}out=None, backend=None):
-    if type(dy) is _nd:
-{pick}
+def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
+    if type(dy) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
+        if y is None:
+            a, d, an = x, 'backward', 'x'
+        else:
+            a, d, an = (y, 'backward_y', 'y') if x is None else (None, None, None)
         if type(a) is _nd and dy.dtype == a.dtype and dy.shape == a.shape:
-            hit = _cache.get((d, a.dtype{pkey}, backend, _scope.get(), _reg._env_backend))
-            if hit is not None and (out is None or out is dy or out is a or _out_ok(out, a, dy)):
-                res = _empty_like(a) if out is None else out
+            hit = _cache.get((d, a.dtype{keys}, backend, _scope.get(), _reg._env_backend))
+            if hit is not None:
+                if out is None:
+                    res = _empty_like(a)
+                else:
+                    _check_out(_FN_GRAD, out, {{'dy': dy, an: a}}, a)
+                    res = out
                 try:
                     hit.kernel(dy, a, res, hit.p)
                 except Exception as e:
                     _annotate(e, hit)
                     raise
                 return res
-    return _grad(_spec, dy, x, {y}, {pdict}, out, backend)
+    return _grad(_spec, dy, x, y, {pdict}, out, backend)
 """
-_PICK_X = "        a, d = x, 'backward'"
-_PICK_XY = """        if y is None:
-            a, d = x, 'backward'
+
+
+def _fast_terms(spec: OpSpec) -> tuple[str, str]:
+    """The hot path's guard (each parameter a plain number or str) and its key terms."""
+    fast, keys = [], []
+    for p in spec.params:
+        if p.kind == "choice":
+            fast.append(f"type({p.name}) is str and ")
+            keys.append(f", {p.name}")
         else:
-            a, d = (y, 'backward_y') if x is None else (None, None)"""
+            fast.append(f"type({p.name}) in _NUM and ")
+            keys.append(f", {p.name} or _zero_key({p.name})")
+    return "".join(fast), "".join(keys)
+
+
+# Plain numbers whose value (and hash) is the float they convert to: the hot path keys on them as given.
+_NUM = frozenset((float, int, np.float64, np.float32, np.float16))
+
+
+def _zero_key(v: Any) -> Any:
+    return value_key(float(v))
 
 
 def _make(spec: OpSpec) -> dict[str, Any]:
     plist, pdict = _sig(spec)
     pre = f", {plist}" if plist else ""
+    gpre = f", {_sig(spec, x_optional=True)[0]}" if plist else ""
     name = spec.name
     ns: dict[str, Any] = {
         "_spec": spec, "_call": dispatch.call, "_grad": _grad, "_nd": np.ndarray, "_empty_like": np.empty_like,
-        "_cache": dispatch.fast_cache(spec), "_scope": registry._scope, "_reg": registry,
-        "_out_ok": dispatch.out_ok, "_annotate": dispatch.annotate,
+        "_cache": dispatch.fast_cache(spec), "_scope": registry._scope, "_reg": registry, "_NUM": _NUM,
+        "_zero_key": _zero_key, "_check_out": dispatch.check_out, "_annotate": dispatch.annotate,
+        "_FN": spec.label("forward"), "_FN_GRAD": spec.label("backward"), "REQUIRED": REQUIRED,
     }
-    if spec.name == "prelu":  # an array parameter: always the general path
+    if any(p.kind == "array" for p in spec.params):  # prelu's weight: always the checked path
         src = [
             f"def {name}(x{pre}, *, out=None, backend=None):\n"
             f"    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)\n",
-            f"def {name}_grad(dy, x{pre}, *, out=None, backend=None):\n"
-            f"    return _grad(_spec, dy, x, None, {pdict}, out, backend)\n",
+            f"def {name}_grad(dy, x=None{gpre}, *, y=None, out=None, backend=None):\n"
+            f"    return _grad(_spec, dy, x, y, {pdict}, out, backend)\n",
         ]
     else:
-        pkey = "".join(f", {p.name}.__class__, {p.name}" for p in spec.params)
-        has_y = spec.backward_y is not None
+        fast, keys = _fast_terms(spec)
         src = [
-            _FAST_FWD.format(name=name, pre=pre, pkey=pkey, pdict=pdict),
-            _FAST_GRAD.format(
-                name=name, pre=pre, pkey=pkey, pdict=pdict, pick=_PICK_XY if has_y else _PICK_X,
-                xdef="=None" if has_y else "", ykw="y=None, " if has_y else "", y="y" if has_y else "None",
-            ),
+            _FAST_FWD.format(name=name, pre=pre, fast=fast, keys=keys, pdict=pdict),
+            _FAST_GRAD.format(name=name, pre=gpre, fast=fast, keys=keys, pdict=pdict),
         ]
     if spec.param_grad is not None:
         src.append(

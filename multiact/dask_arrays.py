@@ -139,7 +139,7 @@ def _partial(op: str, p: dict, backend: str | None, prefs: tuple, dy: Any, x: An
     shape = (1,) * x.ndim
     with _preferences(prefs):
         if dispatch._kind(x) == "numpy":
-            arrs = dispatch._host(op, {"dy": dy, "x": x})
+            arrs = dispatch._host(spec.label("param_grad"), {"dy": dy, "x": x})
             hx = arrs["x"]
             if op == "prelu":
                 pp, _ = dispatch._weight(spec, pp, hx)

@@ -8,12 +8,13 @@ are to the backend that owns their kind, which allocates results in kind.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
 from . import _arrays, registry
-from .ops import OpSpec
+from .ops import OpSpec, value_key
 
 _HOST_KINDS = ("numpy", "torch", "other")
 
@@ -27,38 +28,42 @@ def _kind(a: Any) -> str:
     return "numpy" if k in _HOST_KINDS else k
 
 
-def _same_kind(op: str, named: dict[str, Any]) -> str:
+def _same_kind(fn: str, named: dict[str, Any]) -> str:
     """The one array kind of a call; mixed libraries or devices are a TypeError naming them."""
     raw = {name: _arrays.kind_of(a) for name, a in named.items() if a is not None}
     libs = {k for k in raw.values() if k != "other"}  # lists and floats go with anything on the host
     if len(libs) > 1 or (not libs <= set(_HOST_KINDS) and "other" in raw.values()):
         desc = ", ".join(f"{n} is {_arrays.library_of(named[n])}" for n in raw)
-        raise TypeError(f"{op}(): arrays must come from one library on one device: {desc}")
+        raise TypeError(f"{fn}: arrays must come from one library on one device: {desc}")
     k = next(iter(libs), "numpy")
     return "numpy" if k in _HOST_KINDS else k
 
 
-def _host(op: str, named: dict[str, Any]) -> dict[str, np.ndarray]:
-    arrs = {n: _arrays.as_host_array(a, f"{op}(): {n}") for n, a in named.items() if a is not None}
+def _host(fn: str, named: dict[str, Any]) -> dict[str, np.ndarray]:
+    """NumPy views of the host inputs (None is refused by name), one dtype and one shape."""
+    arrs = {n: _arrays.as_host_array(a, f"{fn}: {n}") for n, a in named.items()}
     ref_name, ref = next(iter(arrs.items()))
     for n, a in arrs.items():
         if a.dtype != ref.dtype:
-            raise TypeError(f"{op}(): {n} has dtype {a.dtype} but {ref_name} has {ref.dtype}; they must match")
+            raise TypeError(f"{fn}: {n} has dtype {a.dtype} but {ref_name} has {ref.dtype}; they must match")
         if a.shape != ref.shape:
-            raise ValueError(f"{op}(): {n} has shape {a.shape} but {ref_name} has {ref.shape}; they must match")
+            raise ValueError(f"{fn}: {n} has shape {a.shape} but {ref_name} has {ref.shape}; they must match")
     return arrs
 
 
-def _check_device(op: str, named: dict[str, Any]) -> None:
-    items = [(n, a) for n, a in named.items() if a is not None]
+def _check_device(fn: str, named: dict[str, Any], out: Any) -> None:
+    for n, a in named.items():
+        if a is None or not hasattr(a, "dtype"):
+            raise TypeError(f"{fn}: {n} must be an array like the others, got {type(a).__name__}")
+    items = [*named.items()] + ([] if out is None else [("out", out)])
     ref_name, ref = items[0]
     for n, a in items:
         if _dtype_name(a) not in ("float16", "float32", "float64"):
-            raise TypeError(f"{op}(): {n} must have a float16, float32 or float64 dtype, got {_dtype_name(a)}")
+            raise TypeError(f"{fn}: {n} must have a float16, float32 or float64 dtype, got {_dtype_name(a)}")
         if _dtype_name(a) != _dtype_name(ref):
-            raise TypeError(f"{op}(): {n} has dtype {_dtype_name(a)} but {ref_name} has {_dtype_name(ref)}")
+            raise TypeError(f"{fn}: {n} has dtype {_dtype_name(a)} but {ref_name} has {_dtype_name(ref)}")
         if tuple(a.shape) != tuple(ref.shape):
-            raise ValueError(f"{op}(): {n} has shape {tuple(a.shape)} but {ref_name} has {tuple(ref.shape)}")
+            raise ValueError(f"{fn}: {n} has shape {tuple(a.shape)} but {ref_name} has {tuple(ref.shape)}")
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -69,22 +74,28 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     )
 
 
-def _check_out(op: str, out: np.ndarray, inputs: dict[str, np.ndarray], like: np.ndarray) -> None:
+def check_out(fn: str, out: np.ndarray, inputs: dict[str, np.ndarray], like: np.ndarray) -> None:
+    """The one check of a NumPy destination, made by the cached hot path and the checked path alike:
+    dtype, shape, writeable, and no partial overlap with any input (the same view is in place)."""
     if out.dtype != like.dtype:
-        raise TypeError(f"{op}(): out has dtype {out.dtype}, expected {like.dtype}")
+        raise TypeError(f"{fn}: out has dtype {out.dtype}, expected {like.dtype}")
     if out.shape != like.shape:
-        raise ValueError(f"{op}(): out has shape {out.shape}, expected {like.shape}")
+        raise ValueError(f"{fn}: out has shape {out.shape}, expected {like.shape}")
     if not out.flags.writeable:
-        raise ValueError(f"{op}(): out is read-only")
+        raise ValueError(f"{fn}: out is read-only")
+    if not out.size:
+        return
     for n, a in inputs.items():
-        if out.size and np.may_share_memory(out, a) and not _same_memory(out, a):
+        if a is out or (out.base is None and a.base is None):  # two owners of memory cannot overlap
+            continue
+        if np.may_share_memory(out, a) and not _same_memory(out, a):
             try:
                 overlap = np.shares_memory(out, a, max_work=10_000)
             except np.exceptions.TooHardError:
                 overlap = True
             if overlap:
                 raise ValueError(
-                    f"{op}(): out overlaps {n} without being the same view; pass out={n} for in place, "
+                    f"{fn}: out overlaps {n} without being the same view; pass out={n} for in place, "
                     "or a separate array"
                 )
 
@@ -96,48 +107,55 @@ def prelu_axis(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], axis
         return None
     ndim = len(x_shape)
     if ndim == 0 or not -ndim <= axis < ndim:
-        raise ValueError(f"{op}(): axis {axis} is out of range for x with {ndim} dims")
+        raise ValueError(f"{op}: axis {axis} is out of range for x with {ndim} dims")
     axis %= ndim
     if len(w_shape) != 1 or size != x_shape[axis]:
         raise ValueError(
-            f"{op}(): weight has shape {tuple(w_shape)}; expected 1 element or ({x_shape[axis]},) "
+            f"{op}: weight has shape {tuple(w_shape)}; expected 1 element or ({x_shape[axis]},) "
             f"to match x.shape[{axis}]"
         )
     return axis
 
 
-def _weight(spec: OpSpec, p: dict, x: np.ndarray) -> tuple[dict, Any]:
+def _weight(spec: OpSpec, p: dict, x: np.ndarray, direction: str = "forward") -> tuple[dict, Any]:
     """prelu: the weight as an array of x's dtype shaped to broadcast along axis."""
-    w = _arrays.as_host_array(p["weight"], f"{spec.name}(): weight")
-    axis = prelu_axis(spec.name, x.shape, w.shape, p["axis"])
+    fn = spec.label(direction)
+    w = _arrays.as_host_array(p["weight"], f"{fn}: weight")
+    axis = prelu_axis(fn, x.shape, w.shape, p["axis"])
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = w.astype(x.dtype)
+    if not np.isfinite(cast).all():
+        raise ValueError(f"{fn}: weight must be finite in {x.dtype.name}, where {x.dtype.name} arrays compute it")
     if axis is None:
-        shaped = w.astype(x.dtype).reshape((1,) * x.ndim)
-        return {**p, "weight": shaped, "axis": 0}, w
+        return {**p, "weight": cast.reshape((1,) * x.ndim), "axis": 0}, w
     shape = [1] * x.ndim
     shape[axis] = w.size
-    return {**p, "weight": w.astype(x.dtype).reshape(shape), "axis": axis}, w
+    return {**p, "weight": cast.reshape(shape), "axis": axis}, w
 
 
-_FAST_DTYPES = {np.dtype(t): np.dtype(t).name for t in ("float16", "float32", "float64")}
 _validated_cache: dict[tuple, dict[str, Any]] = {}
 
 
-def _validated(spec: OpSpec, params: dict[str, Any]) -> dict[str, Any]:
-    """spec.validate, remembered for hashable parameter values (the common case)."""
+def validated(spec: OpSpec, params: dict[str, Any], fn: str) -> dict[str, Any]:
+    """Checked parameters, remembered by their converted values (never by the caller's objects: a
+    tensor or a list changed in place must be read again), with +0.0 and -0.0 kept apart."""
+    conv = spec.convert(params, fn)
     try:
-        key = (spec.name, tuple((k, type(v), v) for k, v in params.items()))
+        key = (spec.name, *(value_key(v) for v in conv.values()))
         hit = _validated_cache.get(key)
     except TypeError:  # an array parameter (prelu's weight)
-        return spec.validate(params)
+        return spec.check(conv, fn)
     if hit is None:
-        hit = spec.validate(params)
+        hit = spec.check(conv, fn)
         if len(_validated_cache) < 4096:
             _validated_cache[key] = hit
     return hit
 
 
 # Per-op caches of the generated functions' hot path:
-# (direction, dtype, *param types and values, backend, use() scope, MULTIACT_BACKEND) -> _Fast.
+# (direction, dtype, *parameter keys, backend, use() scope, MULTIACT_BACKEND) -> _Fast.  Only what
+# depends on the op, direction, dtype and parameter values is kept; every check of the call's
+# arrays is made again on each call (check_out, and the generated function's dtype/shape tests).
 _fast_caches: dict[str, dict[tuple, Any]] = {}
 
 
@@ -157,26 +175,7 @@ def fast_cache(spec: OpSpec) -> dict[tuple, Any]:
 def clear_fast_caches() -> None:
     for c in _fast_caches.values():
         c.clear()
-
-
-def out_ok(out: Any, *inputs: np.ndarray) -> bool:
-    """True when out is a fresh, writeable NumPy array matching the inputs (else the slow path judges).
-
-    Written as plain branches and loops: it runs on every out= call of the hot path.
-    """
-    x = inputs[-1]
-    if type(out) is not np.ndarray or out.dtype != x.dtype or out.shape != x.shape or not out.flags.writeable:
-        return False
-    if out.base is None:  # two arrays that each own their memory cannot overlap; views need the real check
-        for a in inputs:
-            if a.base is not None:
-                break
-        else:
-            return True
-    for a in inputs:
-        if np.may_share_memory(out, a):
-            return False
-    return True
+    _validated_cache.clear()
 
 
 def annotate(e: BaseException, hit: _Fast) -> None:
@@ -198,40 +197,21 @@ def _run(mod: Any, kernel: Any, spec: OpSpec, direction: str, dtype: str, args: 
     return run_fast(_Fast(kernel, p, mod, f"{spec.name} {direction} in {dtype}"), args)
 
 
-def _remember(spec: OpSpec, direction: str, dtype: Any, params: dict, backend, mod, kernel, p) -> None:
-    """Store a resolved call where the generated function's fast path will find it next time."""
-    if spec.name == "prelu" or direction == "param_grad":
-        return
-    key = (direction, dtype)
-    for name in spec.param_names:
-        v = params.get(name, spec.params[spec.param_names.index(name)].default)
-        key += (v.__class__, v)
+def _remember(spec: OpSpec, direction: str, dtype: np.dtype, backend, hit: _Fast) -> None:
+    """Store a resolved call where the generated function's hot path will find it next time."""
+    key = (direction, dtype, *(value_key(hit.p[name]) for name in spec.param_names))
     key += (backend, registry._scope.get(), registry._env_backend)
     cache = fast_cache(spec)
     if len(cache) < 1024:
-        try:
-            cache[key] = _Fast(kernel, p, mod, f"{spec.name} {direction} in {dtype}")
-        except TypeError:  # unhashable parameter value
-            pass
+        cache[key] = hit
 
 
-def _call_ndarrays(spec: OpSpec, direction: str, named: dict, params: dict, out: Any, backend: str | None) -> Any:
-    """The hot path: NumPy arrays of one float dtype and shape; None if the call is not that simple."""
-    arrs = tuple(named.values())
-    x0 = arrs[0]
-    dtype = _FAST_DTYPES.get(x0.dtype)
-    if dtype is None or any(a.dtype != x0.dtype or a.shape != x0.shape for a in arrs[1:]):
-        return None
-    p = _validated(spec, params)
-    mod, kernel = registry.resolve(spec.name, direction, dtype, "numpy", backend)
-    if out is None:
-        res = np.empty_like(x0)
-    else:
-        _check_out(spec.name, out, named, x0)
-        res = out
-    _remember(spec, direction, x0.dtype, params, backend, mod, kernel, p)
-    _run(mod, kernel, spec, direction, dtype, arrs + (res,), p)
-    return res
+def _check_backend(fn: str, backend: Any) -> None:
+    if backend is not None and not isinstance(backend, str):
+        raise TypeError(
+            f"{fn}: backend must be a backend name (str) or None, got {type(backend).__name__}; "
+            f"valid backends: {', '.join(registry.BACKEND_NAMES)}"
+        )
 
 
 def call(
@@ -242,19 +222,18 @@ def call(
     out: Any = None,
     backend: str | None = None,
 ) -> Any:
-    """Run one forward/backward/backward_y/param_grad call; `named` holds the array arguments."""
-    if (
-        direction != "param_grad"
-        and spec.name != "prelu"
-        and (out is None or type(out) is np.ndarray)
-        and all(type(a) is np.ndarray for a in named.values())
-    ):
-        res = _call_ndarrays(spec, direction, named, params, out, backend)
-        if res is not None:
-            return res
-    op = spec.name
-    p = _validated(spec, params)
-    kind = _same_kind(op, {**named, "out": out})
+    """Run one forward/backward/backward_y/param_grad call; `named` holds the array arguments.
+
+    The checked path: the generated functions' hot path comes here for any call it has not seen,
+    and for any call whose arrays it cannot vouch for.
+    """
+    fn = spec.label(direction)
+    _check_backend(fn, backend)
+    p = validated(spec, params, fn)
+    masked = sys.modules.get("numpy.ma")
+    if masked is not None and any(isinstance(a, masked.MaskedArray) for a in (*named.values(), out)):
+        return _call_masked(spec, direction, named, p, out, backend)
+    kind = _same_kind(fn, {**named, "out": out})
     if kind == "dask":
         from . import dask_arrays
 
@@ -262,41 +241,80 @@ def call(
     if kind not in _HOST_KINDS and kind != "numpy":
         return _call_device(spec, direction, kind, named, p, out, backend)
 
-    arrs = _host(op, named)
+    arrs = _host(fn, named)
     like = next(iter(arrs.values()))
+    spec.check_precision(p, like.dtype, fn)
     weight_in = None
     if spec.name == "prelu":
-        p, weight_in = _weight(spec, p, like)
+        p, weight_in = _weight(spec, p, like, direction)
     dtype = like.dtype.name
-    mod, kernel = registry.resolve(op, direction, dtype, "numpy", backend)
+    mod, kernel = registry.resolve(spec.name, direction, dtype, "numpy", backend)
     ins = tuple(arrs.values())
     if direction == "param_grad":
         res = _run(mod, kernel, spec, direction, dtype, ins, p)
         if spec.name == "prelu":
-            return _arrays.wrap_like(np.asarray(res).astype(weight_in.dtype).reshape(weight_in.shape), named["x"])
+            res = np.asarray(res).astype(weight_in.dtype).reshape(weight_in.shape)
+            return _arrays.wrap_like(res, named["x"]) if _arrays.kind_of(named["x"]) == "torch" else res
         with np.errstate(over="ignore"):  # a float16 sum beyond 65504 is inf, as NumPy would say
             return like.dtype.type(res)
     if out is None:
         res = np.empty_like(like)
     else:
         if not (isinstance(out, np.ndarray) or _arrays.kind_of(out) == "torch"):
-            raise TypeError(f"{op}(): out must be an array to write into, got {type(out).__name__}")
-        res = _arrays.as_host_array(out, f"{op}(): out", writeable=True)
-        _check_out(op, res, arrs, like)
-    _run(mod, kernel, spec, direction, dtype, ins + (res,), p)
+            raise TypeError(f"{fn}: out must be an array to write into, got {type(out).__name__}")
+        res = _arrays.as_host_array(out, f"{fn}: out", writeable=True)
+        check_out(fn, res, arrs, like)
+    hit = _Fast(kernel, p, mod, f"{spec.name} {direction} in {dtype}")
+    run_fast(hit, ins + (res,))
+    if spec.name != "prelu" and _plain(named, out) and all(arrs[n] is a for n, a in named.items()):
+        _remember(spec, direction, like.dtype, backend, hit)
     if out is not None:
         return out
-    result_like = named.get("x", named.get("y"))
-    return _arrays.wrap_like(res, result_like)
+    return _arrays.wrap_like(res, named.get("x", named.get("y")))
+
+
+def _plain(named: dict[str, Any], out: Any) -> bool:
+    """Only calls on plain NumPy arrays are remembered for the hot path (which takes nothing else)."""
+    return (out is None or type(out) is np.ndarray) and all(type(a) is np.ndarray for a in named.values())
+
+
+def _call_masked(spec: OpSpec, direction: str, named: dict, p: dict, out: Any, backend: str | None) -> Any:
+    """Masked arrays, as NumPy's ufuncs treat them: computed on the data, the result masked where any
+    input is; a parameter gradient sums the unmasked elements only."""
+    ma = sys.modules["numpy.ma"]
+    data = {n: ma.getdata(a) for n, a in named.items()}
+    if direction == "param_grad":
+        mask = _union_mask(ma, named, _host(spec.label(direction), data))
+        if mask is not ma.nomask:
+            data = {n: np.where(mask, 0, a) for n, a in data.items()}
+        return call(spec, direction, data, p, None, backend)
+    res = call(spec, direction, data, p, None if out is None else ma.getdata(out), backend)
+    mask = _union_mask(ma, named, data)
+    if out is None:
+        return ma.MaskedArray(res, mask=mask)
+    if isinstance(out, ma.MaskedArray):
+        out.mask = mask
+    return out
+
+
+def _union_mask(ma: Any, named: dict, data: dict) -> Any:
+    """The union of the inputs' masks (after the call checked that their shapes agree)."""
+    mask = ma.nomask
+    for a in named.values():
+        m = ma.getmask(a)
+        if m is not ma.nomask:
+            mask = np.logical_or(mask, m) if mask is not ma.nomask else np.array(m, copy=True)
+    return mask
 
 
 def _call_device(spec, direction, kind, named, p, out, backend):
-    op = spec.name
-    _check_device(op, {**named, "out": out})
-    like = next(a for a in named.values() if a is not None)
+    fn = spec.label(direction)
+    _check_device(fn, named, out)
+    ins = tuple(named.values())
+    like = ins[0]
+    spec.check_precision(p, like.dtype, fn)
     dtype = _dtype_name(like)
-    mod, kernel = registry.resolve(op, direction, dtype, kind, backend)
-    ins = tuple(a for a in named.values() if a is not None)
+    mod, kernel = registry.resolve(spec.name, direction, dtype, kind, backend)
     if direction == "param_grad":
         return _run(mod, kernel, spec, direction, dtype, ins, p)
     res = mod.empty_like(like) if out is None else out

@@ -32,6 +32,7 @@ DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
 
 # float32's smallest normal: a parameter that must be nonzero (or > 0) must stay so in float32.
 F32_TINY = 2.0**-126
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 def in_float32(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -77,12 +78,13 @@ class Param:
             parts.append(f"|x| >= {F32_TINY:g}")
         return "finite" + ("" if not parts else ", " + ", ".join(parts))
 
-    def validate(self, op: str, value: Any) -> Any:
-        """The value as a plain Python float/str/int, or ValueError/TypeError naming it."""
-        where = f"{op}(): parameter {self.name!r}"
+    def convert(self, fn: str, value: Any) -> Any:
+        """The value as a plain Python float/str/int (read now: a tensor or 0-d array gives its current
+        value), or TypeError naming it.  `fn` is the function the user called, e.g. "gelu()"."""
+        where = f"{fn}: parameter {self.name!r}"
         if self.kind == "choice":
-            if value not in self.choices:
-                raise ValueError(f"{where} must be one of {self.choices}, got {value!r}")
+            if not isinstance(value, str):
+                raise TypeError(f"{where} must be a str, one of {self.choices}, got {type(value).__name__}")
             return value
         if self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, (int,)) and not hasattr(value, "__index__"):
@@ -93,9 +95,19 @@ class Param:
         if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
             raise TypeError(f"{where} must be a real number, got {type(value).__name__}")
         try:
-            v = float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"{where} must be a real number, got {value!r}") from None
+            return float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise TypeError(f"{where} must be a real number (one value), got {value!r}") from None
+
+    def check(self, fn: str, v: Any) -> Any:
+        """v (converted) if it is in range, else ValueError naming the parameter."""
+        where = f"{fn}: parameter {self.name!r}"
+        if self.kind == "choice":
+            if v not in self.choices:
+                raise ValueError(f"{where} must be one of {self.choices}, got {v!r}")
+            return v
+        if self.kind != "float":
+            return v
         if not math.isfinite(v):
             raise ValueError(f"{where} must be finite, got {v}")
         bad = (
@@ -108,6 +120,18 @@ class Param:
         if bad:
             raise ValueError(f"{where} must be {self.range_text()}, got {v}")
         return v
+
+    def validate(self, fn: str, value: Any) -> Any:
+        """The value converted and range-checked; TypeError/ValueError naming it."""
+        return self.check(fn, self.convert(fn, value))
+
+
+def value_key(v: Any) -> Any:
+    """A cache key for a converted parameter value: the value itself, except that +0.0 and -0.0
+    (equal, same hash) get keys of their own, since they give different results."""
+    if type(v) is not float or v:
+        return v
+    return ("zero", math.copysign(1.0, v))
 
 
 @dataclass(frozen=True)
@@ -147,7 +171,7 @@ class OpSpec:
     y_allowed: Callable[[Mapping[str, Any]], bool] = lambda p: True
     y_condition: str = ""
     param_grad: tuple[str, Callable[..., Any]] | None = None  # (param name, reference)
-    check: Callable[[Mapping[str, Any]], str | None] = lambda p: None
+    condition: Callable[[Mapping[str, Any]], str | None] = lambda p: None  # a cross-parameter rule
     kinks: Callable[[Mapping[str, Any]], tuple[float, ...]] = lambda p: ()
     onnx: str | None = None
     tol: Tolerance = field(default_factory=Tolerance)
@@ -180,18 +204,58 @@ class OpSpec:
             return False
         return getattr(dtype, "itemsize", 8) > 4 or self.y_allowed(in_float32(params))
 
-    def validate(self, given: Mapping[str, Any]) -> dict[str, Any]:
-        """Plain, checked parameter values (defaults filled in)."""
+    def label(self, direction: str) -> str:
+        """The public function a call in this direction came through, for messages: 'gelu_grad()'."""
+        if direction == "forward":
+            return f"{self.name}()"
+        if direction == "param_grad" and self.param_grad is not None:
+            return f"{self.name}_{self.param_grad[0]}_grad()"
+        return f"{self.name}_grad()"
+
+    def convert(self, given: Mapping[str, Any], fn: str | None = None) -> dict[str, Any]:
+        """Plain parameter values (defaults filled in), read from the caller's objects now; TypeError
+        for an unknown keyword (listing the op's parameters), a missing one, or a value of the wrong type."""
+        fn = fn or f"{self.name}()"
+        for k in given:
+            if k not in self.param_names:
+                known = ", ".join(self.param_names) or "none"
+                raise TypeError(f"{fn}: unexpected keyword argument {k!r}; {self.name}'s parameters: {known}")
         out = {}
         for p in self.params:
             v = given.get(p.name, p.default)
             if v is REQUIRED:
-                raise TypeError(f"{self.name}(): missing required parameter {p.name!r}")
-            out[p.name] = p.validate(self.name, v)
-        problem = self.check(out)
-        if problem:
-            raise ValueError(f"{self.name}(): {problem}")
+                raise TypeError(f"{fn}: missing required parameter {p.name!r}")
+            out[p.name] = p.convert(fn, v)
         return out
+
+    def check(self, p: dict[str, Any], fn: str | None = None) -> dict[str, Any]:
+        """p (converted) if every value is in range and the op's own condition holds, else ValueError."""
+        fn = fn or f"{self.name}()"
+        for prm in self.params:
+            prm.check(fn, p[prm.name])
+        problem = self.condition(p)
+        if problem:
+            raise ValueError(f"{fn}: {problem}")
+        return p
+
+    def validate(self, given: Mapping[str, Any], fn: str | None = None) -> dict[str, Any]:
+        """Plain, checked parameter values (defaults filled in)."""
+        return self.check(self.convert(given, fn), fn)
+
+    def check_precision(self, p: Mapping[str, Any], dtype: Any, fn: str | None = None) -> None:
+        """float16/float32 kernels compute in float32: every float parameter must be finite there
+        (1e300 would become inf and turn finite inputs into NaN).  ValueError naming it."""
+        size = getattr(dtype, "itemsize", None)
+        if size is None:
+            size = np.dtype(dtype).itemsize
+        if size > 4:
+            return
+        for prm in self.params:
+            if prm.kind == "float" and abs(p[prm.name]) > F32_MAX:
+                raise ValueError(
+                    f"{fn or self.name + '()'}: parameter {prm.name!r} = {p[prm.name]:g} does not fit float32, "
+                    f"where {getattr(dtype, 'name', dtype)} arrays are computed (|{prm.name}| <= {F32_MAX:g})"
+                )
 
 
 def _f(name, default=REQUIRED, **kw) -> Param:
@@ -304,7 +368,7 @@ _SPECS = (
         "hardtanh", "Clamp to [min_val, max_val].", "min(max(x, min_val), max_val)",
         (_f("min_val", -1.0), _f("max_val", 1.0)),
         R.hardtanh, R.hardtanh_grad, R.hardtanh_grad,
-        check=lambda p: None if p["min_val"] <= p["max_val"] else "min_val must be <= max_val",
+        condition=lambda p: None if p["min_val"] <= p["max_val"] else "min_val must be <= max_val",
         kinks=lambda p: (p["min_val"], p["max_val"]), onnx="Clip", tol=_LINEAR, exact=True,
     ),
     OpSpec(

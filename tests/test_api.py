@@ -24,7 +24,9 @@ def test_every_op_has_forward_and_grad_with_its_parameters(op):
         assert p.name in fwd.__doc__
     gsig = inspect.signature(grad)
     assert list(gsig.parameters)[:2] == ["dy", "x"]
-    assert ("y" in gsig.parameters) == (spec.backward_y is not None)
+    # every backward takes y=, so that an op whose derivative needs x can say so (a YFormError)
+    assert gsig.parameters["y"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert ("Pass y=" in grad.__doc__) == (spec.backward_y is not None)
     assert {"out", "backend"} <= set(fsig.parameters) and {"out", "backend"} <= set(gsig.parameters)
     if spec.param_grad:
         assert callable(getattr(ma, f"{op}_{spec.param_grad[0]}_grad"))
