@@ -18,7 +18,7 @@ import numpy as np
 
 from multiact import get_num_threads
 from multiact._layout import flat_views
-from multiact.ops import OPS
+from multiact.ops import OPS, value_key
 
 DTYPES = ("float16", "float32")
 _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the cache without bound
@@ -112,7 +112,7 @@ class Runner:
         needed to build a session on a miss and defaults to pairing the two.
         """
         threads = get_num_threads()
-        full = (op, direction, dtype, key, threads)
+        full = (op, direction, dtype, tuple(map(value_key, key)), threads)  # -0.0 is not 0.0's session
         e = self._sessions.get(full)
         if e is not None:
             return e

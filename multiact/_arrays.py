@@ -77,13 +77,16 @@ def _native_order(arr: np.ndarray, argname: str, writeable: bool) -> np.ndarray:
 
     A destination cannot be swapped in place without a second pass, so it is refused by name.
     """
-    native = arr.dtype.newbyteorder("=")
     if writeable:
-        raise ValueError(
-            f"{argname} has non-native byte order ({arr.dtype.str}); results are written in native order "
-            f"({native.name}): pass a native-order out"
-        )
-    return arr.astype(native)
+        raise byte_order_error(argname, arr.dtype)
+    return arr.astype(arr.dtype.newbyteorder("="))
+
+
+def byte_order_error(argname: str, dtype: np.dtype) -> ValueError:
+    return ValueError(
+        f"{argname} has non-native byte order ({dtype.str}); results are written in native order "
+        f"({dtype.newbyteorder('=').name}): pass a native-order out"
+    )
 
 
 def _torch_view(a: Any, argname: str, writeable: bool) -> np.ndarray:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 
 _threads: int | None = None
+# Beyond any machine's cores, and far inside a C int: a larger count is a mistake, refused up front
+# rather than by every native call afterwards.
+MAX_THREADS = 1 << 16
 
 
 def _default_threads() -> int:
@@ -14,8 +17,8 @@ def _default_threads() -> int:
             n = int(env)
         except ValueError:
             raise ValueError(f"MULTIACT_NUM_THREADS must be a positive integer, got {env!r}") from None
-        if n < 1:
-            raise ValueError(f"MULTIACT_NUM_THREADS must be a positive integer, got {env!r}")
+        if not 1 <= n <= MAX_THREADS:
+            raise ValueError(f"MULTIACT_NUM_THREADS must be an integer from 1 to {MAX_THREADS}, got {env!r}")
         return n
     try:
         return len(os.sched_getaffinity(0))
@@ -26,8 +29,8 @@ def _default_threads() -> int:
 def set_num_threads(n: int) -> None:
     """Threads that CPU backends may use for one large call (small calls stay single-threaded)."""
     global _threads
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"set_num_threads(): n must be a positive int, got {n!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_THREADS:
+        raise ValueError(f"set_num_threads(): n must be an int from 1 to {MAX_THREADS}, got {n!r}")
     _threads = n
 
 

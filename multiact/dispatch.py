@@ -78,6 +78,8 @@ def check_out(fn: str, out: np.ndarray, inputs: dict[str, np.ndarray], like: np.
     """The one check of a NumPy destination, made by the cached hot path and the checked path alike:
     dtype, shape, writeable, and no partial overlap with any input (the same view is in place)."""
     if out.dtype != like.dtype:
+        if out.dtype.newbyteorder("=") == like.dtype:
+            raise _arrays.byte_order_error(f"{fn}: out", out.dtype)
         raise TypeError(f"{fn}: out has dtype {out.dtype}, expected {like.dtype}")
     if out.shape != like.shape:
         raise ValueError(f"{fn}: out has shape {out.shape}, expected {like.shape}")

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import reference as R
-from .ops import OpSpec
+from .ops import OpSpec, value_key
 from .ops import get as _spec
 
 OPSET = 20  # Gelu with `approximate` exists from opset 20
@@ -102,10 +102,12 @@ class _Graph:
         from onnx import numpy_helper
 
         dt = np.dtype(dtype or self.ct)
-        key = (dt.name, float(v) if not math.isnan(v) else "nan")
+        key = (dt.name, value_key(float(v)) if not math.isnan(v) else "nan")  # -0.0 is a constant of its own
         if key not in self._consts:
             name = f"c{len(self._consts)}_{dt.name}"
-            self.inits.append(numpy_helper.from_array(np.array(v, dtype=dt), name))
+            with np.errstate(over="ignore"):  # beyond float16's range is inf there, as the kernels round it
+                value = np.array(v, dtype=dt)
+            self.inits.append(numpy_helper.from_array(value, name))
             self._consts[key] = name
         return self._consts[key]
 
@@ -126,6 +128,10 @@ class _Graph:
         return self.op("Div", self._v(a), self._v(b))
 
     def where(self, cond, a, b):
+        if isinstance(a, float) and a == 0.0 and math.copysign(1.0, a) < 0:
+            # ORT 1.32's CPU Where drops the sign of a -0.0 in its first branch (not in its second); the
+            # negation is an Xor, since ORT fuses Where(Not(c), a, b) back into Where(c, b, a)
+            return self.op("Where", self.op("Xor", cond, self.c(True, "bool")), self._v(b), self._v(a))
         return self.op("Where", cond, self._v(a), self._v(b))
 
     def gt(self, a, b):

@@ -94,6 +94,8 @@ class Param:
             return value  # checked against the input's shape at dispatch
         if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
             raise TypeError(f"{where} must be a real number, got {type(value).__name__}")
+        if type(value) is not float and hasattr(value, "detach"):  # a tensor that requires grad warns on float()
+            value = value.detach()
         try:
             return float(value)
         except (TypeError, ValueError, OverflowError):
