@@ -447,8 +447,12 @@ def tanh_grad_y(dy, y, a, b):
 @_formula(("softplus", "forward"))
 def softplus(x, a, b):
     z = D(x) * a  # the linear branch is decided on the exact product, as the reference does
+    if z > b:
+        return x
+    if z > ZCLAMP:  # softplus0(z) = z exactly here; the clamp below (there for the split) would cap it
+        return T(z / a)
     hi, lo = split64(clampz(z))
-    return x if z > b else T(D(softplus0_hl(hi, lo)) / a)
+    return T(D(softplus0_hl(hi, lo)) / a)
 
 
 @_formula(("softplus", "backward"))

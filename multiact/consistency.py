@@ -29,7 +29,8 @@ PARAM_CASES: dict[str, tuple[dict[str, Any], ...]] = {
     "gelu": ({"approximate": "tanh"},),
     "swish": ({"beta": 1.3}, {"beta": -0.7}, {"beta": 0.0}),
     "hardtanh": ({"min_val": -2.0, "max_val": 0.5},),
-    "softplus": ({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0}),
+    # threshold 1e6: the smooth branch reaches beta * x far past where sigmoid saturates (1e5)
+    "softplus": ({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0}, {"beta": 1.0, "threshold": 1e6}),
     "softshrink": ({"lambd": 0.3}, {"lambd": 0.0}),
     "hardshrink": ({"lambd": 0.3},),
     "threshold": ({"threshold": 0.3, "value": -2.0}, {"threshold": -1.0, "value": 0.0}),
@@ -59,13 +60,16 @@ def specials(dtype: np.dtype) -> np.ndarray:
 
 
 def sample_x(spec: OpSpec, params: dict[str, Any], dtype: Any, n: int = 600, seed: int = 0) -> np.ndarray:
-    """Random normal values, a wide sweep, the specials, and each kink with its neighbours."""
+    """Random normal values, a wide sweep, the specials, and each kink (within the dtype's range) with its
+    neighbours and its half (the branch below a far kink, which the sweep does not reach)."""
     dtype = np.dtype(dtype)
     rng = np.random.default_rng(seed)
     kinks = []
     for k in spec.kinks(_rounded(spec, params, dtype)):
+        if abs(k) > float(np.finfo(dtype).max):
+            continue
         kd = np.array(k, dtype=dtype)
-        kinks += [kd, np.nextafter(kd, dtype.type(np.inf)), np.nextafter(kd, dtype.type(-np.inf))]
+        kinks += [kd, np.nextafter(kd, dtype.type(np.inf)), np.nextafter(kd, dtype.type(-np.inf)), kd / 2]
     wide = np.linspace(-30, 30, n // 3)
     parts = [rng.standard_normal(n) * 3, wide, np.array(kinks, dtype=np.float64).reshape(-1)]
     x = np.concatenate([p.astype(np.float64) for p in parts]).astype(dtype)
