@@ -8,12 +8,37 @@ functions of `numba_math` (so the loop vectorises), for float64 libm, mirroring
 wake-up) and parallel.  float16 and non-contiguous arrays go through float32
 (or float64) blocks of `_BLOCK` elements with `np.nditer` buffering, so an
 in-place call never allocates a result-sized temporary.
+
+Threads and fork().  The parallel loops run on the threading layer numba picks
+(`NUMBA_THREADING_LAYER`, by default the first of tbb, omp, workqueue that
+loads); this backend does not override the user's choice but makes each layer
+safe for both threads and fork(), without adding a dependency:
+
+- `tbb` is thread-safe and fork-safe; nothing to do.  (pip's `tbb` wheel is not
+  found by numba outside conda, as libtbb lands in <prefix>/lib, off the loader
+  path, and has no aarch64 build: so it is not a dependency.)
+- `omp` is GNU OpenMP on Linux: thread-safe, but a process that started its pool
+  cannot use it after fork() (the child is killed).  A fork handler marks such a
+  child, which then runs only the serial loops (no pool at all), so a forked
+  child or a fork Pool worker computes correctly, one thread per process.
+- `workqueue` is fork-safe but not thread-safe (concurrent launches abort the
+  process): one call at a time gets the pool, the others run serial loops.
+
+The compiled loops are cached on disk where numba finds a writable place
+(`NUMBA_CACHE_DIR` when set, else next to the source, else the user's cache).
+Where none is usable the loops are compiled in memory, and `info()` says why;
+an unusable `NUMBA_CACHE_DIR` turns caching off rather than letting numba fall
+back to writing into the package tree.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import threading
 from collections.abc import Callable
+from contextlib import contextmanager
 from functools import lru_cache, wraps
 from typing import Any
 
@@ -73,18 +98,23 @@ def available() -> tuple[bool, str]:
 
 
 def info() -> dict[str, Any]:
-    """Version, LLVM's host CPU name and the thread cap."""
+    """Version, LLVM's host CPU name, the thread cap, the threading layer with its fork and thread
+    behaviour, and whether compiled loops are cached on disk."""
     ok, reason = available()
     if not ok:
         return {"available": False, "reason": reason}
     import numba
     from llvmlite import binding
 
+    cached, where = _cache_status()
     return {
         "numba": numba.__version__,
         "isa": binding.get_host_cpu_name(),
         "threads": _threads(),
         "max_threads": numba.config.NUMBA_NUM_THREADS,
+        "threading_layer": _started_layer() or f"not started (NUMBA_THREADING_LAYER={numba.config.THREADING_LAYER})",
+        "fork": _fork_behaviour(),
+        "cache": f"on: {where}" if cached else f"off: {where}",
     }
 
 
@@ -204,14 +234,77 @@ def _params(op: str, p: dict, dtype: str) -> tuple[float, float]:
     return formulas.scalar_params(op, p, dtype)
 
 
-# ---- threads and layout -----------------------------------------------------------------------------
+# ---- threads, fork() and layout ----------------------------------------------------------------------
+
+# numba's threading layers: (thread-safe, fork-safe), as numba documents them.  GNU OpenMP (Linux's omp)
+# kills a forked child that uses the pool its parent started; other OpenMPs are fork-safe.
+_LAYERS = {"tbb": (True, True), "omp": (True, not sys.platform.startswith("linux")), "workqueue": (False, True)}
+_serial_why = ""  # set in a forked child whose parent had started a pool that fork() breaks
+_pool_lock = threading.Lock()  # the one turn at a pool that is not thread-safe
+
+
+def _started_layer() -> str | None:
+    """The threading layer numba's pool runs on, or None while no pool has been started."""
+    numba = sys.modules.get("numba")
+    if numba is None:
+        return None
+    try:
+        return numba.threading_layer()
+    except ValueError:  # "Threading layer is not initialized."
+        return None
+
+
+def _after_fork_in_child() -> None:
+    """Serial loops only in a child of a process whose pool cannot survive fork() (never touch it)."""
+    global _serial_why
+    layer = _started_layer()
+    if layer is not None and not _LAYERS.get(layer, (False, False))[1]:
+        _serial_why = f"forked from a process that had started numba's {layer} pool, which is not fork-safe"
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _fork_behaviour() -> str:
+    """For info(): what this process and its forked children do with the pool."""
+    if _serial_why:
+        return f"serial loops only: {_serial_why}"
+    layer = _started_layer()
+    if layer is None:
+        return "decided when the pool starts: serial loops in forked children if it is not fork-safe"
+    thread_safe, fork_safe = _LAYERS.get(layer, (False, False))
+    kids = "parallel loops" if fork_safe else "serial loops only (the pool is not fork-safe)"
+    turns = "" if thread_safe else "; one thread at a time uses the pool (it is not thread-safe)"
+    return f"forked children: {kids}{turns}"
 
 
 def _threads() -> int:
-    """multiact's thread budget, capped by the threads numba's pool was started with."""
+    """multiact's thread budget, capped by the threads numba's pool was started with; 1 in a forked
+    child that must not touch its parent's pool."""
+    if _serial_why:
+        return 1
     import numba
 
     return max(1, min(get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+
+
+@contextmanager
+def _pool_turn():
+    """True when this call may run on numba's pool now: always on a thread-safe layer; on one that is
+    not (workqueue), only while no other thread is on it, so that concurrent calls never abort."""
+    import numba
+
+    numba.set_num_threads(_threads())  # starts the pool on first use: the layer is known from here on
+    if _LAYERS.get(_started_layer(), (False, False))[0]:
+        yield True
+        return
+    got = _pool_lock.acquire(blocking=False)
+    try:
+        yield got
+    finally:
+        if got:
+            _pool_lock.release()
 
 
 def _inputs(arrays) -> tuple:
@@ -236,10 +329,9 @@ def _call(pair, n: int, args: tuple, parallel: bool | None = None) -> Any:
     if parallel is None:
         parallel = _threads() > 1
     if parallel and n >= _PAR_MIN:
-        import numba
-
-        numba.set_num_threads(_threads())
-        return pair.call(True, *args)
+        with _pool_turn() as turn:
+            if turn:
+                return pair.call(True, *args)
     return pair.call(False, *args)
 
 
@@ -405,8 +497,44 @@ def _source_tag() -> str:
     return h.hexdigest()[:10]
 
 
-def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool = True):
-    """The prange loop around g, compiled with cache=True.
+def _cache_probe():
+    return 0
+
+
+def _unwritable(path: str) -> str:
+    """Why numba could not cache in path ("" if it can): the check numba's cache locators make."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        tempfile.TemporaryFile(dir=path).close()
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    return ""
+
+
+@lru_cache(maxsize=1)
+def _cache_status() -> tuple[bool, str]:
+    """(True, where) if the loops can be cached on disk, else (False, why).
+
+    Decided once per process, before any loop is made: an uncachable njit(cache=True) raises at
+    creation ("no locator available"), and an unusable NUMBA_CACHE_DIR makes numba cache in the
+    package tree instead, which the user who set it did not ask for.
+    """
+    from numba import config, njit
+
+    if config.CACHE_DIR:
+        why = _unwritable(config.CACHE_DIR)
+        if why:
+            return False, f"NUMBA_CACHE_DIR={config.CACHE_DIR} is not usable ({why}); compiling in memory"
+    try:
+        probe = njit(cache=True)(_cache_probe)  # runs numba's locators; compiles nothing
+    except RuntimeError as e:
+        return False, f"no writable cache directory ({e}); compiling in memory"
+    return True, str(probe.stats.cache_path)
+
+
+def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool | None = None):
+    """The prange loop around g, compiled with cache=True where a cache can be written (see
+    `_cache_status`; cache=None asks it).
 
     g is the scalar formula, except for a parallel elementwise loop (arity >= 1), where it is the
     serial loop, called per block (see `_LoopPair`).
@@ -427,6 +555,8 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool = 
     ns.setdefault("prange", prange)
     template = _PARALLEL[arity] if blocked else _TEMPLATES[arity]
     exec(compile(template.format(name=name, g=gname), __file__, "exec"), ns)
+    if cache is None:
+        cache = _cache_status()[0]
     return njit(parallel=parallel, error_model="numpy", fastmath=fastmath, cache=cache)(ns[name])
 
 
