@@ -168,3 +168,72 @@ def test_invalid_parameters_raise_before_anything_is_written(data):
     with pytest.raises(ValueError, match=p.name):
         ma.backward(op, x, x, out=out, **params)
     assert np.all(out == 7.0)
+
+
+# ---- warm calls are cold calls (issue 13) -------------------------------------------------------
+
+_PARAM = st.one_of(
+    st.floats(width=64),
+    st.sampled_from([0.0, -0.0, 0.2, -0.3, 2.0, 1e300, -1e39, 3.4e38]),
+    st.integers(-3, 3),
+    st.sampled_from(["none", "tanh", "erf", [0.2], None, np.float32(0.5), np.array(0.25)]),
+)
+_OUT = st.sampled_from(["none", "fresh", "x", "dy", "readonly", "readonly-x", "overlap", "dy-overlaps-x",
+                        "wrong-dtype", "wrong-shape"])
+
+
+def _attempt(op, direction, dtype, backend, params, values, out_kind):
+    """One call on freshly made arrays: ("ok", result bits, input bits) or ("raised", type, message)."""
+    buf = np.array(values, dtype=np.float64).astype(dtype)
+    n = buf.size - 1
+    x, dy = buf[:n].copy(), (buf[1:] * 0.5).astype(dtype)
+    out = {
+        "none": None, "fresh": np.empty_like(x), "x": x, "dy": dy, "overlap": buf[1:],
+        "wrong-dtype": np.empty(n, np.float64 if dtype != "float64" else np.float32),
+        "wrong-shape": np.empty(n + 1, dtype), "readonly": np.zeros_like(x),
+    }.get(out_kind)
+    if out_kind == "readonly-x":
+        out = x
+    if out_kind in ("readonly", "readonly-x"):
+        out.flags.writeable = False
+    if out_kind == "overlap":
+        x = buf[:-1]
+    if out_kind == "dy-overlaps-x":
+        dy, x = buf[1:], buf[:-1]
+        out = dy
+    try:
+        # the named functions: they hold the hot path (ma.forward / ma.backward always take the checked one)
+        if direction == "forward":
+            res = getattr(ma, op)(x, out=out, backend=backend, **params)
+        elif direction == "backward":
+            res = getattr(ma, f"{op}_grad")(dy, x, out=out, backend=backend, **params)
+        else:
+            res = getattr(ma, f"{op}_grad")(dy, y=x, out=out, backend=backend, **params)
+    except Exception as e:  # noqa: BLE001 - the property compares whatever is raised
+        return ("raised", type(e), str(e), buf.tobytes())
+    return ("ok", np.asarray(res).tobytes(), x.tobytes(), dy.tobytes(), buf.tobytes())
+
+
+@given(
+    op=st.sampled_from(ELEMENTWISE),
+    direction=st.sampled_from(["forward", "backward", "backward_y"]),
+    dtype=st.sampled_from(["float16", "float32", "float64"]),
+    backend=st.sampled_from([None, *BACKENDS]),
+    out_kind=_OUT,
+    values=st.lists(_values(np.float16), min_size=2, max_size=24),
+    data=st.data(),
+)
+def test_a_warm_call_behaves_exactly_like_a_cold_one(op, direction, dtype, backend, out_kind, values, data):
+    """Raises the same when cold, repeated, and after a good call has filled the cache; or gives the same
+    bits each time."""
+    from multiact import dispatch
+
+    spec = OPS[op]
+    params = {p.name: data.draw(_PARAM, label=p.name) for p in spec.params if data.draw(st.booleans())}
+    dispatch.clear_fast_caches()
+    cold = _attempt(op, direction, dtype, backend, params, values, out_kind)
+    again = _attempt(op, direction, dtype, backend, params, values, out_kind)
+    _attempt(op, direction, dtype, backend, params, values, "none")  # a good call where one exists
+    _attempt(op, direction, dtype, backend, params, values, "fresh")
+    warm = _attempt(op, direction, dtype, backend, params, values, out_kind)
+    assert cold == again == warm
