@@ -16,7 +16,7 @@ from . import ops as _ops
 from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS
 from .api import backward, forward, param_grad
-from .errors import BackendError
+from .errors import BackendError, YFormError
 from .onnx_export import to_onnx
 from .ops import OpSpec
 from .registry import BackendInfo, backends, use
@@ -41,6 +41,6 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 
 
 __all__ = [
-    "BackendError", "BackendInfo", "OpSpec", "backends", "backward", "explain", "forward",
+    "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "explain", "forward",
     "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
 ]
