@@ -99,7 +99,7 @@ def _docs(spec: OpSpec) -> dict[str, str]:
 _FAST_FWD = """
 def {name}(x{pre}, *, out=None, backend=None):
     if type(x) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
-        hit = _cache.get(('forward', x.dtype{keys}, backend, _scope.get(), _reg._env_backend))
+        hit = _cache.get(('forward', x.dtype{keys}, backend, _prefs()))
         if hit is not None:
             if out is None:
                 res = _empty_like(x)
@@ -125,7 +125,7 @@ def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
         else:
             a, d, an = (y, 'backward_y', 'y') if x is None else (None, None, None)
         if type(a) is _nd and dy.dtype == a.dtype and dy.shape == a.shape:
-            hit = _cache.get((d, a.dtype{keys}, backend, _scope.get(), _reg._env_backend))
+            hit = _cache.get((d, a.dtype{keys}, backend, _prefs()))
             if hit is not None:
                 if out is None:
                     res = _empty_like(a)
@@ -170,7 +170,7 @@ def _make(spec: OpSpec) -> dict[str, Any]:
     name = spec.name
     ns: dict[str, Any] = {
         "_spec": spec, "_call": dispatch.call, "_grad": _grad, "_nd": np.ndarray, "_empty_like": np.empty_like,
-        "_cache": dispatch.fast_cache(spec), "_scope": registry._scope, "_reg": registry, "_NUM": _NUM,
+        "_cache": dispatch.fast_cache(spec), "_prefs": registry.preference_key, "_NUM": _NUM,
         "_zero_key": _zero_key, "_check_out": dispatch.check_out, "_annotate": dispatch.annotate,
         "_FN": spec.label("forward"), "_FN_GRAD": spec.label("backward"), "REQUIRED": REQUIRED,
     }

@@ -41,7 +41,7 @@ def call(spec: OpSpec, direction: str, named: dict[str, Any], p: dict, out: Any,
     arrays = {n: a for n, a in named.items() if a is not None}
     _check(op, arrays)
     like = next(iter(arrays.values()))
-    prefs = registry._scope.get()
+    prefs = registry.preference_key()
     p = dict(p)
     weight = p.pop("weight", None) if op == "prelu" else None
     args: list[Any] = []

@@ -155,7 +155,8 @@ def validated(spec: OpSpec, params: dict[str, Any], fn: str) -> dict[str, Any]:
 
 
 # Per-op caches of the generated functions' hot path:
-# (direction, dtype, *parameter keys, backend, use() scope, MULTIACT_BACKEND) -> _Fast.  Only what
+# (direction, dtype, *parameter keys, backend, use() scope) -> _Fast (emptied by registry.clear_cache,
+# which also re-reads MULTIACT_BACKEND).  Only what
 # depends on the op, direction, dtype and parameter values is kept; every check of the call's
 # arrays is made again on each call (check_out, and the generated function's dtype/shape tests).
 _fast_caches: dict[str, dict[tuple, Any]] = {}
@@ -174,6 +175,7 @@ def fast_cache(spec: OpSpec) -> dict[tuple, Any]:
     return _fast_caches.setdefault(spec.name, {})
 
 
+@registry.on_clear
 def clear_fast_caches() -> None:
     for c in _fast_caches.values():
         c.clear()
@@ -202,7 +204,7 @@ def _run(mod: Any, kernel: Any, spec: OpSpec, direction: str, dtype: str, args: 
 def _remember(spec: OpSpec, direction: str, dtype: np.dtype, backend, hit: _Fast) -> None:
     """Store a resolved call where the generated function's hot path will find it next time."""
     key = (direction, dtype, *(value_key(hit.p[name]) for name in spec.param_names))
-    key += (backend, registry._scope.get(), registry._env_backend)
+    key += (backend, registry.preference_key())
     cache = fast_cache(spec)
     if len(cache) < 1024:
         cache[key] = hit

@@ -163,7 +163,18 @@ def use(name: str, *, only: bool = False) -> Iterator[None]:
         _scope.reset(token)
 
 
+# The scope part of a cache key: `use(...)` preferences in force here (a tuple, hashable).  The
+# MULTIACT_BACKEND part never changes between clear_cache() calls, which clear every cache keyed on it.
+preference_key: Callable[[], tuple[tuple[str, bool], ...]] = _scope.get
+
 _env_backend = os.environ.get("MULTIACT_BACKEND", "").strip()
+_on_clear: list[Callable[[], None]] = []
+
+
+def on_clear(fn: Callable[[], None]) -> Callable[[], None]:
+    """Register a cache of a higher layer (dispatch's hot path) to be emptied by clear_cache()."""
+    _on_clear.append(fn)
+    return fn
 
 
 def _preferences() -> tuple[tuple[tuple[str, bool], ...], str]:
@@ -266,9 +277,8 @@ def _select(op, direction, dtype, kind, explicit, prefs, env):
 def clear_cache() -> None:
     """Forget detections, choices and MULTIACT_BACKEND (re-read it): after installing a backend, in tests."""
     global _env_backend
-    from .dispatch import clear_fast_caches
-
-    clear_fast_caches()
+    for fn in _on_clear:
+        fn()
     with _lock:
         _cache.clear()
         _kernels.clear()
