@@ -23,6 +23,8 @@ from multiact.ops import OPS, value_key
 DTYPES = ("float16", "float32")
 _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the cache without bound
 _DIRECTION_GRAD = {"forward": False, "backward": True, "backward_y": True}
+# NoopElimination drops an Add of a constant 0, but -0.0 + 0.0 is +0.0 (elu's y + alpha at alpha = 0)
+_DISABLED_OPTIMIZERS = ["NoopElimination"]
 
 
 def session_options(threads: int) -> Any:
@@ -126,7 +128,7 @@ class Runner:
         grad: bool | str = spec.param_grad[0] if direction == "param_grad" else _DIRECTION_GRAD[direction]
         model = to_onnx(op, dtype=dtype, grad=grad, from_output=direction == "backward_y", **params)
         sess = ort.InferenceSession(model.SerializeToString(), session_options(threads),
-                                    providers=self._providers())
+                                    providers=self._providers(), disabled_optimizers=_DISABLED_OPTIMIZERS)
         inputs = tuple(i.name for i in model.graph.input)
         e = _Entry(sess, inputs, model.graph.output[0].name)
         with self._lock:

@@ -562,7 +562,7 @@ def tanhshrink(x, a, b):
         large = r if x >= ZERO else -r
     else:
         large = x - tanh(x)
-    return small if ax < ONE else large
+    return (small if ax < ONE else large) + ZERO  # + 0: a zero result is +0, as x - tanh(x) gives at x = -0
 
 
 @_formula(("tanhshrink", "backward"))

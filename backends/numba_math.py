@@ -171,7 +171,7 @@ def expm1_hl(hi, lo):
     small = (t - _ONE) + t * q
     big = pow2_scale(_ONE + q, kf) - _ONE
     res = small if kf < _EXPM1_KMAX else big
-    return res if hi == hi else hi
+    return res if (hi == hi) & (hi != _ZERO) else hi  # NaN, and +-0 with its sign (r would be +0 at -0)
 
 
 @_device
@@ -251,6 +251,7 @@ def tanh(x):
     p = p * x2 + _T1
     p = p * x2 + _T0
     small = x + x * (x2 * p)
+    small = small if x != _ZERO else x  # -0 + (-0 * -p) would give +0; tanh(-0) = -0
     ac = _TANH_CLAMP if ax > _TANH_CLAMP else ax
     e = exp(-(ac + ac))
     big = _ONE - (e + e) / (_ONE + e)

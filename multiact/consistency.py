@@ -8,7 +8,9 @@ atol * eps * scale, with the op's Tolerance (scale = |dy| for a backward,
 |x| for a forward).  Float parameters are rounded to the compute precision
 first, since that is what every kernel compares against.  Results below the
 smallest normal number may be off by up to that number (flush-to-zero SIMD and
-subnormal intermediates).
+subnormal intermediates).  Where x = +-0 (or the scale, dy, is) a zero result
+must carry the reference's sign (PyTorch's choice, see `multiact.reference`);
+the inputs start with `zero_pairs()` for that.
 """
 
 from __future__ import annotations
@@ -57,6 +59,14 @@ def specials(dtype: np.dtype) -> np.ndarray:
             float(fi.max), -float(fi.max), np.inf, -np.inf, np.nan]
     with np.errstate(over="ignore"):
         return np.array(vals, dtype=np.float64).astype(dtype)
+
+
+def zero_pairs(dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(x, dy) where only the sign of zero tells results apart: x = +-0 each with dy = +-1, +-0,
+    and moderate x (no derivative underflows there) with dy = +-0."""
+    x = np.concatenate([np.repeat([0.0, -0.0], 4), np.tile([0.5, -0.5, 2.0, -2.0], 2)])
+    dy = np.concatenate([np.tile([1.0, -1.0, 0.0, -0.0], 2), np.repeat([0.0, -0.0], 4)])
+    return x.astype(dtype), dy.astype(dtype)
 
 
 def sample_x(spec: OpSpec, params: dict[str, Any], dtype: Any, n: int = 600, seed: int = 0) -> np.ndarray:
@@ -136,6 +146,9 @@ def compare(
     g = got.astype(np.float64).reshape(-1)
     r = np.asarray(ref, dtype=np.float64).reshape(-1)
     xs = x.astype(np.float64).reshape(-1)
+    zero_in = xs == 0  # where a zero result must carry the reference's sign
+    if scale is not None:
+        zero_in = zero_in | (np.asarray(scale, dtype=np.float64).reshape(-1) == 0)
     with np.errstate(over="ignore", invalid="ignore"):
         r_round = r.astype(dtype).astype(np.float64)
         spacing = np.spacing(np.abs(r_round.astype(dtype))).astype(np.float64)
@@ -155,7 +168,9 @@ def compare(
         inf_ok = np.where(inf_ref, g == r_round, ~np.isinf(g) | (g == r))
         finite = ~np.isnan(r) & ~inf_ref
         val_ok = np.where(finite, err <= bound, True)
-        ok = nan_ok & inf_ok & val_ok
+        # |got - ref| cannot see the sign of zero
+        sign_ok = np.where(zero_in & (r == 0), (g == 0) & (np.signbit(g) == np.signbit(r)), True)
+        ok = nan_ok & inf_ok & val_ok & sign_ok
         ulps = np.where(finite & (spacing > 0), err / np.where(spacing > 0, spacing, 1), 0.0)
     bad_idx = np.flatnonzero(~ok)
     return Verdict(
@@ -187,9 +202,10 @@ def run_case(
     dtype = np.dtype(dtype)
     to_kind = to_kind or (lambda a: a)
     from_kind = from_kind or (lambda a: np.asarray(a))
-    x = sample_x(spec, params, dtype, n=n)
+    x0, dy0 = zero_pairs(dtype)
+    x = np.concatenate([x0, sample_x(spec, params, dtype, n=n)])
     rng = np.random.default_rng(1)
-    dy = rng.standard_normal(x.size).astype(dtype)
+    dy = np.concatenate([dy0, rng.standard_normal(x.size - x0.size).astype(dtype)])
     call_params = dict(params)
     x_in = x
     if op == "prelu":

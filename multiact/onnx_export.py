@@ -33,8 +33,8 @@ DTYPES = ("float16", "float32")
 
 # Forward one-node graphs where ONNX Runtime's kernel meets our tolerance and conventions, by dtype
 # (measured on the CPU provider; the rest are composites, see `deviations()`).
-_NATIVE_F32 = {"relu", "relu6", "hardtanh", "leaky_relu", "prelu", "hardsigmoid", "softplus"}
-_NATIVE_F16 = _NATIVE_F32 | {"elu", "selu", "tanh"}
+_NATIVE_F32 = {"relu", "relu6", "hardtanh", "leaky_relu", "hardsigmoid", "softplus"}
+_NATIVE_F16 = _NATIVE_F32 | {"elu", "tanh"}
 # Composites that are exact (comparisons, one rounding) in float32; the rest compute in float64.
 _F32_EXACT = {
     "relu", "relu6", "hardtanh", "leaky_relu", "prelu", "threshold", "softshrink", "hardshrink", "hardsigmoid",
@@ -42,7 +42,8 @@ _F32_EXACT = {
 
 _DEVIATIONS = {
     "elu": "ORT's Elu computes exp(x) - 1 (no expm1): wrong in float32 near 0; composite with expm1 in float64",
-    "selu": "ORT's Selu computes exp(x) - 1: wrong in float32 near 0; composite with expm1 in float64",
+    "selu": "ORT's Selu computes exp(x) - 1: wrong in float32 near 0, and +0 at x = -0 (float16 too); "
+            "composite with expm1 in float64",
     "celu": "ORT's Celu is float32 only and computes exp(x) - 1; composite with expm1 in float64",
     "gelu": "ORT's Gelu cancels in the negative tail and gives NaN at -inf; composite with erfc in float64",
     "sigmoid": "ORT's float32 Sigmoid flushes x < -16 to 0; composite in float64",
@@ -54,7 +55,10 @@ _DEVIATIONS = {
     "hardshrink": "ORT's Shrink maps NaN to 0; composite",
     "threshold": "ORT's ThresholdedRelu only covers value = 0 with x > alpha, and maps NaN to 0; composite",
     "softplus": "ORT's Softplus has no beta/threshold: one node only for beta = 1, threshold >= 20",
-    "prelu": "the exported graph takes x as (outer, channels, inner) and the weight as (channels or 1, 1)",
+    "prelu": "the exported graph takes x as (outer, channels, inner) and the weight as (channels or 1, 1); "
+             "composite: ORT's PRelu takes x = -0 as positive, so a negative weight gives the wrong sign of zero",
+    "leaky_relu": "ORT's LeakyRelu takes x = -0 as positive: a negative slope gives the wrong sign of zero "
+                  "(one node only for slopes >= +0)",
 }
 
 _F64_MAX = float(np.finfo(np.float64).max)
@@ -134,6 +138,28 @@ class _Graph:
             return self.op("Where", self.op("Xor", cond, self.c(True, "bool")), self._v(b), self._v(a))
         return self.op("Where", cond, self._v(a), self._v(b))
 
+    def select(self, cond, a, b):
+        """Where(cond, a, b) that keeps a -0.0 selected from a tensor branch too.
+
+        ORT's CPU Where returns +0.0 for a -0.0 taken from its first branch (microsoft/onnxruntime
+        #32191); one taken from the second survives.  So each tensor branch goes second, negated,
+        behind +0.0: negated back, its unselected places are -0.0, and adding -0.0 changes no value.
+        where() suffices where the first branch is never -0.0 where selected.
+        """
+        if not isinstance(a, str):
+            return self.where(cond, a, b)
+        if isinstance(b, float) and (b != 0.0 or math.copysign(1.0, b) > 0):
+            return self.where(self._not(cond), b, a)
+        if not isinstance(b, str):
+            b = self.op("Expand", self.c(b), self.op("Shape", a))  # -0.0: a tensor branch of its own
+        only_a = self.neg(self.where(self._not(cond), 0.0, self.neg(a)))
+        only_b = self.neg(self.where(cond, 0.0, self.neg(b)))
+        return self.add(only_a, only_b)
+
+    def _not(self, cond):
+        """Not(cond) as an Xor: ORT fuses Where(Not(c), a, b) back into Where(c, b, a)."""
+        return self.op("Xor", cond, self.c(True, "bool"))
+
     def gt(self, a, b):
         return self.op("Greater", self._v(a), self._v(b))
 
@@ -184,7 +210,7 @@ class _Graph:
         """exp(x) - 1 to a few ULP: Kahan's trick near 0, where exp(x) - 1 would cancel."""
         u = self.exp(x)
         um1 = self.sub(u, 1.0)
-        near0 = self.where(self.eq(u, 1.0), x, self.div(self.mul(um1, x), self.op("Log", u)))
+        near0 = self.select(self.eq(u, 1.0), x, self.div(self.mul(um1, x), self.op("Log", u)))  # keeps -0
         return self.where(self.gt(self.abs(x), 0.5), um1, near0)
 
     def softplus0(self, z):
@@ -263,7 +289,7 @@ def _fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str:
     if op == "softplus":
         b = p["beta"]
         z = g.mul(x, b)
-        return g.where(g.gt(z, p["threshold"]), x, g.div(g.softplus0(z), b))
+        return g.select(g.gt(z, p["threshold"]), x, g.div(g.softplus0(z), b))
     if op == "softsign":
         return g.where(g.op("IsInf", x), g.op("Sign", x), g.div(x, g.add(g.abs(x), 1.0)))
     if op == "mish":
@@ -281,7 +307,8 @@ def _fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str:
         for coef in reversed(coefs[:-1]):
             acc = g.add(g.mul(acc, x2), coef)
         series = g.mul(g.mul(acc, x2), x)
-        return g.where(g.lt(g.abs(x), _TANHSHRINK_SERIES_BELOW), series, g.sub(x, g.op("Tanh", x)))
+        r = g.where(g.lt(g.abs(x), _TANHSHRINK_SERIES_BELOW), series, g.sub(x, g.op("Tanh", x)))
+        return g.where(g.eq(r, 0.0), 0.0, r)  # a zero result is +0, as x - tanh(x) gives at x = -0
     if op == "threshold":
         return g.where(g.le(x, p["threshold"]), p["value"], x)
     raise AssertionError(op)
@@ -316,6 +343,8 @@ def _uses_native(op: str, dtype: str, p: dict) -> bool:
         return False
     if op == "softplus":
         return p["beta"] == 1.0 and p["threshold"] >= 20.0
+    if op == "leaky_relu":
+        return math.copysign(1.0, p["negative_slope"]) > 0  # see deviations()
     return True
 
 
@@ -324,7 +353,7 @@ def _uses_native(op: str, dtype: str, p: dict) -> bool:
 
 def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> str:
     def pass_where(cond):
-        return g.keepnan(x, g.where(cond, dy, 0.0))
+        return g.keepnan(x, g.select(cond, dy, 0.0))
 
     if op == "relu":
         return pass_where(g.gt(x, 0.0))
@@ -333,26 +362,26 @@ def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> st
     if op == "hardtanh":
         return pass_where(g.op("And", g.gt(x, p["min_val"]), g.lt(x, p["max_val"])))
     if op == "leaky_relu":
-        return g.keepnan(x, g.where(g.gt(x, 0.0), dy, g.mul(dy, p["negative_slope"])))
+        return g.keepnan(x, g.select(g.gt(x, 0.0), dy, g.mul(dy, p["negative_slope"])))
     if op == "prelu":
-        return g.keepnan(x, g.where(g.gt(x, 0.0), dy, g.mul(dy, weight)))
+        return g.keepnan(x, g.select(g.gt(x, 0.0), dy, g.mul(dy, weight)))
     if op in ("softshrink", "hardshrink"):
         return pass_where(g.gt(g.abs(x), p["lambd"]))
     if op == "threshold":
         return g.keepnan(x, g.where(g.le(x, p["threshold"]), 0.0, dy))
     if op == "hardsigmoid":
         inside = g.op("And", g.gt(x, -3.0), g.lt(x, 3.0))
-        return g.keepnan(x, g.where(inside, g.div(dy, 6.0), 0.0))
+        return g.keepnan(x, g.select(inside, g.div(dy, 6.0), 0.0))
     if op == "hardswish":
         mid = g.mul(dy, g.add(g.div(x, 3.0), 0.5))
-        return g.keepnan(x, g.where(g.le(x, -3.0), 0.0, g.where(g.lt(x, 3.0), mid, dy)))
+        return g.keepnan(x, g.where(g.le(x, -3.0), 0.0, g.select(g.lt(x, 3.0), mid, dy)))
     if op == "elu":
-        return g.where(g.gt(x, 0.0), dy, g.mul(dy, g.mul(g.exp(x), p["alpha"])))
+        return g.select(g.gt(x, 0.0), dy, g.mul(dy, g.mul(g.exp(x), p["alpha"])))
     if op == "selu":
         sa = R.SELU_SCALE * R.SELU_ALPHA
-        return g.where(g.gt(x, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.mul(g.exp(x), sa)))
+        return g.select(g.gt(x, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.mul(g.exp(x), sa)))
     if op == "celu":
-        return g.where(g.gt(x, 0.0), dy, g.mul(dy, g.exp(g.div(x, p["alpha"]))))
+        return g.select(g.gt(x, 0.0), dy, g.mul(dy, g.exp(g.div(x, p["alpha"]))))
     if op == "sigmoid":
         return g.mul(dy, g.mul(g.sigmoid(x), g.sigmoid(g.neg(x))))
     if op == "logsigmoid":
@@ -361,7 +390,7 @@ def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> st
         return g.mul(dy, g.sech2(x))
     if op == "softplus":
         z = g.mul(x, p["beta"])
-        return g.keepnan(x, g.where(g.gt(z, p["threshold"]), dy, g.mul(dy, g.sigmoid(z))))
+        return g.keepnan(x, g.select(g.gt(z, p["threshold"]), dy, g.mul(dy, g.sigmoid(z))))
     if op == "softsign":
         d = g.add(g.abs(x), 1.0)
         return g.div(dy, g.mul(d, d))
@@ -393,12 +422,12 @@ def _bwd_y(g: _Graph, op: str, dy: str, y: str, p: dict) -> str:
     if op in ("relu", "relu6", "hardtanh", "leaky_relu"):
         return _bwd(g, op, dy, y, p, None)  # same formula: y > 0 exactly where x > 0
     if op == "elu":
-        return g.where(g.gt(y, 0.0), dy, g.mul(dy, g.add(y, p["alpha"])))
+        return g.select(g.gt(y, 0.0), dy, g.mul(dy, g.add(y, p["alpha"])))
     if op == "selu":
         sa = R.SELU_SCALE * R.SELU_ALPHA
-        return g.where(g.gt(y, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.add(y, sa)))
+        return g.select(g.gt(y, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.add(y, sa)))
     if op == "celu":
-        return g.where(g.gt(y, 0.0), dy, g.mul(dy, g.add(g.div(y, p["alpha"]), 1.0)))
+        return g.select(g.gt(y, 0.0), dy, g.mul(dy, g.add(g.div(y, p["alpha"]), 1.0)))
     if op == "sigmoid":
         return g.mul(dy, g.mul(y, g.sub(1.0, y)))
     if op == "tanh":

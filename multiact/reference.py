@@ -4,6 +4,17 @@ Evaluated in float64 they are the reference every backend is tested against;
 evaluated blockwise in float32 they are the `numpy` backend.  They follow
 PyTorch's conventions at the kinks, and two of our own everywhere: NaN in gives
 NaN out (forward and backward), and +-inf gives the limit, never inf*0.
+
+Signed zeros are PyTorch's too (2.x, CPU): a forward that keeps or scales x keeps
+its sign (relu, elu, tanh, gelu, silu... of -0 are -0; a negative slope flips it);
+hardshrink and softshrink give +0 inside [-lambd, lambd] (torch's vector loop and
+CUDA kernel; its scalar tail gives x * 0); tanhshrink's zeros are +0, as x - tanh(x)
+is.  Where torch's float32 vector body gives gelu(-0) = +0 we follow its float64
+and scalar paths (-0).  A backward passes dy where it passes dy, is +0 on pieces
+where the derivative is identically 0 (relu at x <= 0), and is otherwise the
+product dy * f'(x) (dy = -0 gives -0 where f' > 0), also for the ops torch only
+has as composites (softsign, tanhshrink, swish, fast_gelu), whose autograd sums
+partial products (-0 + 0 = +0: tanhshrink's backward would be +0 for every dy).
 """
 
 from __future__ import annotations
@@ -97,7 +108,8 @@ def sech2(x: np.ndarray) -> np.ndarray:
 
 @np.errstate(all="ignore")
 def relu(x):
-    return np.maximum(x, _c(x, 0))
+    # not np.maximum, which gives +0 for -0: PyTorch keeps x where x is not below 0
+    return np.where(x < 0, _c(x, 0), x)
 
 
 @np.errstate(all="ignore")
@@ -442,7 +454,8 @@ def tanhshrink(x):
     for c in reversed(_tanhshrink_series(nterms)):
         acc = acc * x2 + _c(x, c)
     series = acc * x2 * x
-    return np.where(np.abs(x) < 1, series, x - np.tanh(x))
+    # + 0: a zero result is +0, as x - tanh(x) gives in IEEE arithmetic (and PyTorch) for x = -0
+    return np.where(np.abs(x) < 1, series, x - np.tanh(x)) + _c(x, 0)
 
 
 @np.errstate(all="ignore")

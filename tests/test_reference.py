@@ -117,3 +117,31 @@ def test_kink_conventions_are_pytorchs(op):
         # Loose enough for torch's own roundings (its float64 hardsigmoid_backward uses a float32 1/6,
         # its gelu/silu cancel near their zero crossing), tight enough to tell a kink's piece apart.
         np.testing.assert_allclose(spec.backward(dy, x, **p), want, rtol=1e-7, atol=1e-14, err_msg=f"{op} {params}")
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op != "prelu"])
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_zero_signs_are_pytorchs(op, direction):
+    """Where a result is zero at x = +-0 (or dy = +-0) the reference has PyTorch's sign.
+
+    64 float64 elements: torch's vectorised CPU loop (its scalar tail differs for softshrink,
+    x * 0 there, and its float32 vector body for gelu, +0 at -0 there; see reference.py).
+    """
+    pytest.importorskip("torch")
+    from multiact import peers
+
+    x0, dy0 = C.zero_pairs(np.float64)
+    x, dy = np.resize(x0, 64), np.resize(dy0, 64)
+    arrays = (x,) if direction == "forward" else (dy, x)
+    for params in C.param_cases(OPS[op]):
+        p = OPS[op].validate(params)
+        bound = peers.make("torch", op, direction, p, arrays, np.empty_like(x), 1)
+        if isinstance(bound, str):
+            continue  # no torch kernel: a composite in torch (softsign, tanhshrink backward: dy * f'(x))
+        want = np.asarray(bound.alloc())
+        fn = OPS[op].forward if direction == "forward" else OPS[op].backward
+        got = fn(*arrays, **p)
+        bad = (want == 0) & ((got != 0) | (np.signbit(got) != np.signbit(want)))
+        rows = [f"x={float(x[i])!r} dy={float(dy[i])!r}: torch {float(want[i])!r}, reference {float(got[i])!r}"
+                for i in np.flatnonzero(bad)[:8]]
+        assert not rows, f"{op} {params} {direction}:\n" + "\n".join(rows)

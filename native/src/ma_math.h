@@ -43,6 +43,8 @@ MA_INLINE V ma_em1_poly(V r) {
         r = ((x) - nf * VSPLAT(MA_LN2_HI)) - nf * VSPLAT(MA_LN2_LO); \
     } while (0)
 
+MA_INLINE V ma_abs(V x) { return i_as_v(v_as_i(x) & 0x7fffffffu); }
+MA_INLINE V ma_copysign(V mag, V sgn) { return i_as_v((v_as_i(mag) & 0x7fffffffu) | (v_as_i(sgn) & 0x80000000u)); }
 MA_INLINE V ma_pow2i(VI n) { return i_as_v((n + 127u) << 23); } /* n in [-126, 127] */
 
 MA_INLINE V ma_clampv(V x, float lo, float hi) {
@@ -95,7 +97,8 @@ MA_INLINE V ma_exp(V x) {
     return (p * ma_pow2i(n1)) * ma_pow2i(n2);
 }
 
-/* e^x - 1 for any x, accurate near 0 (no cancellation): 2 ULP. */
+/* e^x - 1 for any x, accurate near 0 (no cancellation): 2 ULP.  The result takes x's sign, which
+ * it has anyway, so that expm1(-0) = -0 (the reduction's r would come out +0 there). */
 MA_INLINE V ma_expm1(V x) {
     V xc = ma_clampv(x, -30.0f, 89.0f);
     V nf, r;
@@ -103,7 +106,7 @@ MA_INLINE V ma_expm1(V x) {
     MA_REDUCE(xc, nf, n, r);
     V em = ma_em1_poly(r);
     V t = ma_pow2i(n - 1u); /* 2^(n-1) in [2^-44, 2^127]; the final *2 overflows to inf */
-    return (t * em + (t - VSPLAT(0.5f))) * VSPLAT(2.0f);
+    return ma_copysign((t * em + (t - VSPLAT(0.5f))) * VSPLAT(2.0f), x);
 }
 
 /* log1p(u) for u in [0, 1] (and NaN): 2 atanh(s), s = u / (2 + u).  1.8 ULP; log1p(u) = u for tiny u. */
@@ -118,8 +121,6 @@ MA_INLINE V ma_log1p01(V u) {
     return VFMA(s * w, p, s + s);
 }
 
-MA_INLINE V ma_abs(V x) { return i_as_v(v_as_i(x) & 0x7fffffffu); }
-MA_INLINE V ma_copysign(V mag, V sgn) { return i_as_v((v_as_i(mag) & 0x7fffffffu) | (v_as_i(sgn) & 0x80000000u)); }
 MA_INLINE VM ma_isnan(V x) { return x != x; }
 /* +-inf to +-FLT_MAX, NaN kept: stops inf * 0 where a factor underflows to 0. */
 MA_INLINE V ma_finite(V x) { return ma_clampv(x, -MA_FLT_MAX, MA_FLT_MAX); }

@@ -446,7 +446,7 @@ MA_INLINE V op_tanhshrink(V x, const ma_params *p) {
     V sc;
     V e = ma_expneg_k(VSPLAT(-2.0f) * a, &sc) * sc;
     V big = ma_copysign((a - ONE) + (e + e) / (ONE + e), x);
-    return VSEL(a < ONE, small, big);
+    return VSEL(a < ONE, small, big) + ZERO; /* + 0: a zero result is +0, as x - tanh(x) gives at x = -0 */
 }
 MA_INLINE V op_tanhshrink_grad(V dy, V x, const ma_params *p) {
     (void)p;
