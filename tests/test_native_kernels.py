@@ -442,3 +442,38 @@ def test_large_calls_with_streaming_stores_match(dtype):
             inplace = x.copy()
             lib.ma_run_unary(fn, ffi.from_buffer(inplace), ffi.from_buffer(inplace), n, x.itemsize, 1, 0, 0, 0, 0, 1)
             np.testing.assert_array_equal(inplace, want)
+
+
+def test_helper_threads_compute_in_the_callers_flush_to_zero_mode():
+    """With torch.set_flush_denormal(True) in the calling thread, a pooled call over subnormals gives
+    the one-thread bits on every chunk; the same once the caller stops flushing (helpers started
+    while it flushed included)."""
+    torch = pytest.importorskip("torch")
+    import multiact as ma
+
+    x = np.resize(np.float32([1e-39, -1e-39, 3e-41, -2.5e-40, 1.0, -1.0]), 1 << 20)  # past the threading threshold
+    calls = {"relu": lambda: ma.relu(x, backend="native"),
+             "leaky_relu": lambda: ma.leaky_relu(x, 0.5, backend="native")}
+
+    def agree(threads: int) -> None:
+        for name, call in calls.items():
+            ma.set_num_threads(1)
+            want = call().view(np.uint32)
+            ma.set_num_threads(threads)
+            for _ in range(5):
+                got = call().view(np.uint32)
+                assert (got == want).all(), f"{name} on {threads} threads: {int((got != want).sum())} elements differ"
+
+    old = ma.get_num_threads()
+    try:
+        ma.set_num_threads(2)
+        calls["relu"]()  # a helper started before the caller flushes
+        torch.set_flush_denormal(True)
+        try:
+            agree(2)
+            agree(3)  # starts a helper while the caller flushes
+        finally:
+            torch.set_flush_denormal(False)
+        agree(3)
+    finally:
+        ma.set_num_threads(old)

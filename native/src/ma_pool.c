@@ -5,7 +5,9 @@
  * call.)  The claim counter carries the job's generation in its high 32 bits, so a helper still
  * holding an old job can never claim a chunk of the next one.  Helpers sleep on a condition
  * variable between jobs (no spinning).  Calls from several threads at once: the first one uses
- * the pool, the others run on their own thread. */
+ * the pool, the others run on their own thread.  A job carries its caller's floating-point mode
+ * (flush-to-zero, denormals-are-zero, rounding; e.g. torch.set_flush_denormal(True)), and the
+ * helpers compute it in that mode: no result depends on which thread computed its chunk. */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -15,11 +17,40 @@
 
 #define MAX_HELPERS 63
 
+/* The mode bits a job carries: x86 MXCSR FTZ (15), rounding (13-14), DAZ (6); aarch64 FPCR
+ * FZ (24), rounding (22-23), FZ16 (19). */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define FP_MODE_BITS 0xe040u
+static unsigned fp_mode_get(void) { return _mm_getcsr(); }
+static void fp_mode_set(unsigned m) { _mm_setcsr(m); }
+#elif defined(__aarch64__)
+#define FP_MODE_BITS ((1u << 24) | (3u << 22) | (1u << 19))
+static unsigned fp_mode_get(void) {
+    uint64_t r;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(r));
+    return (unsigned)r;
+}
+static void fp_mode_set(unsigned m) { __asm__ volatile("msr fpcr, %0" : : "r"((uint64_t)m)); }
+#else
+#define FP_MODE_BITS 0u
+static unsigned fp_mode_get(void) { return 0; }
+static void fp_mode_set(unsigned m) { (void)m; }
+#endif
+
+/* This thread's mode with the mode bits of `want`. */
+static void fp_mode_adopt(unsigned want) {
+    unsigned now = fp_mode_get();
+    unsigned next = (now & ~FP_MODE_BITS) | (want & FP_MODE_BITS);
+    if (next != now) fp_mode_set(next);
+}
+
 typedef struct {
     ma_chunk_fn body;
     void *ctx;
     size_t nchunks;
     uint32_t gen;
+    unsigned fp_mode; /* the caller's, see FP_MODE_BITS */
 } job_t;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -62,6 +93,7 @@ static void *helper_main(void *arg) {
         job_t j = job;
         seen = j.gen;
         pthread_mutex_unlock(&lock);
+        fp_mode_adopt(j.fp_mode);
         work(&j);
     }
     return NULL;
@@ -97,6 +129,7 @@ void ma_parallel_for(size_t nchunks, ma_chunk_fn body, void *ctx, int nthreads) 
     job.body = body;
     job.ctx = ctx;
     job.nchunks = nchunks;
+    job.fp_mode = fp_mode_get();
     job.gen++;
     if (job.gen == 0) job.gen = 1; /* 0 means "no job yet" to a new helper */
     wanted = nthreads - 1;

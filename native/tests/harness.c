@@ -6,7 +6,8 @@
  * Tolerance per kernel (generated from multiact.ops): |isa - scalar| <= ulp * spacing(scalar)
  * + atol * eps * scale (scale |x| forward, |dy| backward, |dy y| backward_y), with ulp and atol
  * twice the op's bound (each path is within one bound of the reference), results below the
- * smallest normal allowed an error of that size; NaN must match NaN and inf must match inf. */
+ * smallest normal allowed an error of that size; NaN must match NaN and inf must match inf.
+ * The thread pool: helpers compute in the caller's flush-to-zero mode. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -161,6 +162,65 @@ static int check_prelu(void) {
     return bad;
 }
 
+/* Flush-to-zero (x86: FTZ and DAZ; aarch64: FZ) on or off for this thread. */
+static void set_flush(int on) {
+#if defined(__aarch64__)
+    uint64_t r;
+    __asm__ volatile("mrs %0, fpcr" : "=r"(r));
+    r = on ? (r | (1u << 24)) : (r & ~(uint64_t)(1u << 24));
+    __asm__ volatile("msr fpcr, %0" : : "r"(r));
+#elif defined(__x86_64__)
+    unsigned m;
+    __asm__ volatile("stmxcsr %0" : "=m"(m));
+    m = on ? (m | 0x8040u) : (m & ~0x8040u);
+    __asm__ volatile("ldmxcsr %0" : : "m"(m));
+#else
+    (void)on;
+#endif
+}
+
+static volatile float SUBNORMAL = 1e-39f;
+static float POOL_OUT[64 * 64];
+static void halve_subnormal(void *ctx, size_t i) { /* slow enough that helpers claim chunks */
+    (void)ctx;
+    for (int r = 0; r < 2000; r++)
+        for (size_t k = 0; k < 64; k++) POOL_OUT[i * 64 + k] = SUBNORMAL * 0.5f;
+}
+static int pool_zeros(void) { /* by the bits: under DAZ a subnormal compares equal to 0 */
+    int z = 0;
+    for (size_t i = 0; i < 64 * 64; i++) {
+        uint32_t b;
+        memcpy(&b, &POOL_OUT[i], 4);
+        z += b == 0;
+    }
+    return z;
+}
+
+/* Helpers started before the caller flushes still flush its chunks, and stop when it stops. */
+static int check_pool_flush_mode(void) {
+    int bad = 0;
+    ma_parallel_for(64, halve_subnormal, NULL, 4);
+    set_flush(1);
+    float probe = SUBNORMAL * 0.5f;
+    uint32_t pb;
+    memcpy(&pb, &probe, 4);
+    if (pb != 0) { /* this CPU or emulator (valgrind) does not flush: nothing to compare */
+        set_flush(0);
+        printf("  pool flush mode: not checked (no flush-to-zero here)\n");
+        return 0;
+    }
+    for (int on = 1; on >= 0; on--) {
+        set_flush(on);
+        for (int rep = 0; rep < 10; rep++) {
+            ma_parallel_for(64, halve_subnormal, NULL, 4);
+            int z = pool_zeros();
+            if (z != (on ? 64 * 64 : 0)) bad++;
+        }
+    }
+    if (bad) printf("  pool flush mode: %d of 20 pooled calls mixed flushed and unflushed chunks\n", bad);
+    return bad;
+}
+
 int main(void) {
     if (!ma_isa_supported(STR(HARNESS_ISA))) {
         printf("harness: this CPU does not run %s\n", STR(HARNESS_ISA));
@@ -172,6 +232,7 @@ int main(void) {
         if (check_elementwise(&HK[i])) failed++;
     }
     if (check_prelu()) failed++;
-    printf("harness %s: %d kernels + prelu, %d failed\n", STR(HARNESS_ISA), total, failed);
+    if (check_pool_flush_mode()) failed++;
+    printf("harness %s: %d kernels + prelu + pool, %d failed\n", STR(HARNESS_ISA), total, failed);
     return failed != 0;
 }
