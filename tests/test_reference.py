@@ -114,9 +114,13 @@ def test_kink_conventions_are_pytorchs(op):
         if isinstance(bound, str) or op in ("sigmoid", "tanh"):
             continue  # no torch peer, or torch's backward starts from y (no kinks there anyway)
         want = np.asarray(bound.alloc())
+        # torch's softplus_backward takes exp(beta * x) before its threshold test: NaN (inf / inf)
+        # once beta * x > 709 below a large threshold.  An overflow of torch's, not a convention.
+        keep = ~(np.isnan(want) & (op == "softplus") & (p.get("beta", 1.0) * x > 709))
         # Loose enough for torch's own roundings (its float64 hardsigmoid_backward uses a float32 1/6,
         # its gelu/silu cancel near their zero crossing), tight enough to tell a kink's piece apart.
-        np.testing.assert_allclose(spec.backward(dy, x, **p), want, rtol=1e-7, atol=1e-14, err_msg=f"{op} {params}")
+        np.testing.assert_allclose(spec.backward(dy, x, **p)[keep], want[keep], rtol=1e-7, atol=1e-14,
+                                   err_msg=f"{op} {params}")
 
 
 @pytest.mark.parametrize("op", [op for op in OPS if op != "prelu"])
