@@ -10,12 +10,30 @@ MULTIACT_BENCH_OPS (default relu,gelu,silu,sigmoid,tanh), MULTIACT_BENCH_SIZES
 MULTIACT_BENCH_IMPLS (default: every available backend for NumPy arrays and every
 installed peer, e.g. "backend:numpy,peer:torch").  Implementations that are
 missing or lack the op are skipped with the reason (settings: bench_config.py).
+
+The CPU (vendor, family, model, stepping, microarchitecture, SIMD features) is printed in the session
+header and stored in each saved run's machine_info["multiact_cpu"]: this project's machines are not all
+one CPU, and a figure means little without the CPU it was measured on.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+
+
+def pytest_report_header(config):
+    from multiact import bench
+
+    return bench.header()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config, machine_info):
+    from multiact import sysinfo
+
+    machine_info["multiact_cpu"] = sysinfo.cpu()
+
 
 _arrays: dict[tuple[str, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 

@@ -357,7 +357,18 @@ def _one_config(op, direction, dtype, n, threads, arrays, out, backends, peers, 
     return made
 
 
-def plot(rows: Sequence[Row], path: str, title: str | None = None, note: str = "") -> None:
+def header(cpu: dict[str, Any] | None = None) -> str:
+    """The first line of `multiact bench` output: the CPU the figures were measured on (this machine's,
+    or the `cpu` dict a saved run recorded)."""
+    from . import sysinfo
+
+    cpu = sysinfo.cpu() if cpu is None else cpu
+    usable = f", {cpu['usable_cpus']} of {cpu['logical_cpus']} CPUs usable" if "usable_cpus" in cpu else ""
+    return f"# CPU: {sysinfo.summary(cpu)}{usable}"
+
+
+def plot(rows: Sequence[Row], path: str, title: str | None = None, note: str = "",
+         cpu: dict[str, Any] | None = None) -> None:
     """GB/s against size, one panel per (op, direction, dtype).
 
     Colour: the implementation; solid: allocating calls, dashed: into a preallocated out=; marker: thread
@@ -436,13 +447,13 @@ def plot(rows: Sequence[Row], path: str, title: str | None = None, note: str = "
         labels += [f"{t} thread{'s' if t > 1 else ''}" for t in threads]
     ncol = min(len(labels), max(3, 2 * ncols + 1))
     legend_rows = (len(labels) + ncol - 1) // ncol
-    cpu = sysinfo.cpu()
+    cpu = sysinfo.cpu() if cpu is None else cpu  # a saved run's plot names the CPU it was measured on
     thr = ",".join(str(t) for t in threads)
-    fig.suptitle(title or f"multiact bench on {cpu['model']} ({cpu['usable_cpus']} CPUs, {thr} threads{note}); "
-                 "higher is better; band: interquartile range", fontsize=11)
+    fig.suptitle(title or f"multiact bench, {cpu.get('usable_cpus', '?')} CPUs, {thr} threads{note}; "
+                 f"higher is better; band: interquartile range\n{sysinfo.summary(cpu)}", fontsize=11)
     bottom = (0.35 + 0.28 * legend_rows) / fig.get_figheight()
     fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
-    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.45 / fig.get_figheight()))
+    fig.tight_layout(rect=(0, bottom, 1, 1 - 0.7 / fig.get_figheight()))  # two title lines
     _save_small(fig, path)
     plt.close(fig)
 

@@ -209,13 +209,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         with open(args.load, encoding="utf-8") as f:
             saved = json.load(f)
         res = {**saved, "rows": [bench.Row.from_dict(r) for r in saved["rows"]]}
-        print(render_bench_wide(res) if args.wide else render_bench(res))
         meta = saved.get("meta", {})
-        print(f"\nsaved {meta.get('date', '?')} on {meta.get('cpu', {}).get('model', '?')}, "
+        saved_cpu = meta.get("cpu", {})
+        print(bench.header(saved_cpu))  # the CPU the run was measured on, not this one
+        print(render_bench_wide(res) if args.wide else render_bench(res))
+        print(f"\nsaved {meta.get('date', '?')} on {sysinfo.summary(saved_cpu)}, "
               f"load average before {meta.get('load_before')}")
         if args.plot:
             load = meta.get("load_before")
-            bench.plot(res["rows"], args.plot, note=f", load {load[0]:.1f}" if load else "")
+            bench.plot(res["rows"], args.plot, note=f", load {load[0]:.1f}" if load else "", cpu=saved_cpu)
             print(f"plot written to {args.plot}")
         return 0
     ops = [bench.parse_op(o) for o in (_many(args.op) or bench.DEFAULT_OPS)]
@@ -244,17 +246,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
     res = bench.run(ops, dtypes, sizes, threads, directions, _many(args.backend), peer_names, modes,
                     samples=args.samples, progress=bar)
     wall = time.perf_counter() - t0
+    machine = sysinfo.cpu()
+    print(bench.header(machine))
     print(render_bench_wide(res) if args.wide else render_bench(res))
     print(f"\n{len(res['rows'])} timings in {wall:.0f} s; load average before {load_before}, "
           f"after {sysinfo.cpu().get('load_average')}")
     if args.json:
-        meta = {"cpu": sysinfo.cpu(), "libraries": sysinfo.library_versions(), "argv": sys.argv[1:],
+        meta = {"cpu": machine, "libraries": sysinfo.library_versions(), "argv": sys.argv[1:],
                 "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "wall_s": wall, "load_before": load_before}
         _write_json(args.json, {"meta": meta, "rows": [r.as_dict() for r in res["rows"]],
                                 "skipped": res["skipped"], "skipped_backends": res["skipped_backends"],
                                 "missing_peers": res["missing_peers"]})
     if args.plot:
-        bench.plot(res["rows"], args.plot, note=f", load {load_before[0]:.1f}" if load_before else "")
+        bench.plot(res["rows"], args.plot, note=f", load {load_before[0]:.1f}" if load_before else "", cpu=machine)
         print(f"plot written to {args.plot}")
     return 0
 

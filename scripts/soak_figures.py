@@ -92,6 +92,9 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=1_000_000)
     ap.add_argument("--large", type=int, default=1000)
     a = ap.parse_args()
+    from multiact import sysinfo
+
+    print(f"CPU: {sysinfo.summary()}")  # the CPU these figures are measured on
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "
           f"multiact threads {ma.get_num_threads()}, backends {', '.join(_host_backends())}")
 

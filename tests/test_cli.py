@@ -225,7 +225,8 @@ def test_bench_wide_table(capsys):
     rc, out, _ = run(capsys, "bench", "--op", "relu", "--size", "1K", "--peers", "numpy", "--backend", "numpy",
                      "--samples", "3", "--wide", "--no-progress")
     assert rc == 0
-    header, rule, *rows = out.splitlines()
+    cpu_line, header, rule, *rows = out.splitlines()  # the first line names the CPU (tests/test_sysinfo.py)
+    assert cpu_line.startswith("# CPU: ")
     assert header.split()[:6] == ["op", "dir", "dtype", "size", "thr", "mode"] and "ma:numpy" in header
     assert rows[0].split()[:4] == ["relu", "fwd", "float32", "1K"] and rows[0].endswith("x")
 
