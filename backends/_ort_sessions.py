@@ -18,7 +18,7 @@ import numpy as np
 
 from multiact import get_num_threads
 from multiact._layout import flat_views
-from multiact.ops import OPS, value_key
+from multiact.ops import KEYS, OPS, value_key
 
 DTYPES = ("float16", "float32")
 _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the cache without bound
@@ -41,8 +41,8 @@ def session_options(threads: int) -> Any:
     return so
 
 
-def supports(op: str, direction: str, dtype: str) -> bool:
-    spec = OPS.get(op)
+def supports(key: str, direction: str, dtype: str) -> bool:
+    spec = KEYS.get(key)
     if spec is None or dtype not in DTYPES:
         return False
     if direction == "backward_y":
@@ -137,7 +137,8 @@ class Runner:
                 self._sessions.popitem(last=False)
         return e
 
-    def kernel(self, op: str, direction: str, dtype: str) -> Callable:
+    def kernel(self, key: str, direction: str, dtype: str) -> Callable:
+        op = KEYS[key].name  # one graph per op: a variant's parameter is one of its parameters
         if op == "prelu":
             return self._prelu_kernel(direction, dtype)
         if direction == "param_grad":

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from multiact.ops import KEYS
+
 from ._ort_sessions import Runner
 from ._ort_sessions import supports as _ort_supports
 
@@ -145,8 +147,8 @@ def info() -> dict:
     return {"torch_npu": t_why, "cann_ep": c_why, "devices": [f"npu:{os.environ.get('ASCEND_DEVICE_ID', '0')}"]}
 
 
-def supports(op: str, direction: str, dtype: str) -> bool:
-    return _ort_supports(op, direction, dtype)
+def supports(key: str, direction: str, dtype: str) -> bool:
+    return _ort_supports(key, direction, dtype)
 
 
 def empty_like(a: Any) -> Any:
@@ -159,9 +161,9 @@ def _is_torch(a: Any) -> bool:
     return torch is not None and isinstance(a, torch.Tensor)
 
 
-def kernel(op: str, direction: str, dtype: str) -> Callable:
-    ort_kernel = _runner.kernel(op, direction, dtype)
-    torch_kernel = _torch_kernel(op, direction)
+def kernel(key: str, direction: str, dtype: str) -> Callable:
+    ort_kernel = _runner.kernel(key, direction, dtype)
+    torch_kernel = _torch_kernel(KEYS[key].name, direction)
 
     def run(*args: Any) -> Any:
         return torch_kernel(*args) if _is_torch(args[0]) else ort_kernel(*args)

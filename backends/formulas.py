@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 import multiact.reference as _ref
+from multiact.ops import KEYS, OPS
 
 # CUDA computes these (op, direction) in float64 for float16/float32 data and rounds once: with
 # libdevice's float32 error bounds (expf/tanhf 2 ulp) their float32 versions come too close to the
@@ -47,18 +48,8 @@ WIDE: frozenset[tuple[str, str]] = frozenset({
     ("mish", "forward"), ("mish", "backward"),
 })
 
-# op -> the names of its scalar parameters, in the order (a, b)
-PARAMS: dict[str, tuple[str, ...]] = {
-    "leaky_relu": ("negative_slope",),
-    "elu": ("alpha",),
-    "celu": ("alpha",),
-    "hardtanh": ("min_val", "max_val"),
-    "softplus": ("beta", "threshold"),
-    "softshrink": ("lambd",),
-    "hardshrink": ("lambd",),
-    "threshold": ("threshold", "value"),
-    "swish": ("beta",),
-}
+# kernel key -> the names of its scalar parameters, in the order (a, b): from the op definitions
+PARAMS: dict[str, tuple[str, ...]] = {k: s.defn.float_params for k, s in KEYS.items() if s.defn.float_params}
 
 _PURE: dict[str, FunctionType] = {}  # helpers and formulas, in dependency order
 _LIBM: dict[str, FunctionType] = {}  # the libm math namespace, in dependency order
@@ -653,11 +644,12 @@ def python(t: Any, fns: dict[str, Any] | None = None) -> SimpleNamespace:
     return build(ident, t, libm(ident, t, fns if fns is not None else numpy_libm()))
 
 
-def formula_name(op: str, direction: str, params: dict[str, Any]) -> str:
-    """The formula for one call ('gelu' with approximate='tanh' is its own formula)."""
-    if op == "gelu" and params.get("approximate") == "tanh":
-        op = "gelu_tanh"
-    return TABLE[(op, direction)]
+def formula_name(key: str, direction: str, params: dict[str, Any] | None = None) -> str:
+    """The formula for one call: `key` is a kernel key (dispatch resolves it; 'gelu_tanh' is its own
+    formula), or an op's name with the parameters that select its variant."""
+    if key in OPS and params is not None:
+        key = OPS[key].kernel_key(params)
+    return TABLE[(key, direction)]
 
 
 def scalar_params(op: str, params: dict[str, Any], dtype: str) -> tuple[float, float]:

@@ -41,7 +41,7 @@ def _load() -> dict[str, Any]:
         return _state
     lib, ffi = _native.lib, _native.ffi
     rows = [line.split() for line in ffi.string(lib.ma_kernel_table()).decode().splitlines()]
-    built = sorted({r[3] for r in rows}, key=_PREFERENCE.index)
+    built = sorted({r[4] for r in rows}, key=_PREFERENCE.index)
     runs = [isa for isa in built if lib.ma_isa_supported(isa.encode())]
     forced = os.environ.get(ISA_ENV, "").strip().lower()
     if forced:
@@ -53,10 +53,10 @@ def _load() -> dict[str, Any]:
     else:
         isa = runs[0]
     table = {}
-    for op, direction, dtype, row_isa, cname, symbol, signature, params, cost in rows:
+    for _op, key, direction, dtype, row_isa, cname, symbol, signature, params, cost in rows:
         if row_isa == isa:
-            table.setdefault((op, direction, dtype), []).append(
-                (cname, symbol, signature, () if params == "-" else tuple(params.split(",")), int(cost))
+            table[(key, direction, dtype)] = (
+                cname, symbol, signature, () if params == "-" else tuple(params.split(",")), int(cost)
             )
     _state.update(ok=True, why=f"C kernels, {isa}" + (" (forced)" if forced else ""), lib=lib, ffi=ffi, isa=isa,
                   isas=runs, table=table)
@@ -78,26 +78,26 @@ def info() -> dict:
             "threads": get_num_threads(), "parallel_min": int(s["lib"].ma_get_parallel_min())}
 
 
-def supports(op: str, direction: str, dtype: str) -> bool:
+def supports(key: str, direction: str, dtype: str) -> bool:
     s = _load()
-    return s["ok"] and (op, direction, dtype) in s["table"]
+    return s["ok"] and (key, direction, dtype) in s["table"]
 
 
-def kernel(op: str, direction: str, dtype: str) -> Callable:
+def kernel(key: str, direction: str, dtype: str) -> Callable:
     s = _load()
     if not s["ok"]:
         raise RuntimeError(f"native backend unavailable: {s['why']}")
-    rows = s["table"].get((op, direction, dtype))
-    if not rows:
-        raise NotImplementedError(f"native has no {op} {direction} kernel for {dtype}")
-    signature = rows[0][2]
+    row = s["table"].get((key, direction, dtype))
+    if not row:
+        raise NotImplementedError(f"native has no {key} {direction} kernel for {dtype}")
+    _, symbol, signature, _, cost = row
     if signature in ("unary", "binary"):
-        return _elementwise(s, rows, dtype, signature == "binary")
+        return _elementwise(s, row, dtype, signature == "binary")
     if signature == "prelu":
-        return _prelu(s, rows[0][1], dtype, op, direction)
+        return _prelu(s, symbol, dtype, key, direction)
     if signature == "prelu_weight_grad":
-        return _prelu_weight_grad(s, rows[0][1], dtype)
-    return _swish_beta_grad(s, rows[0][1], dtype, rows[0][4])
+        return _prelu_weight_grad(s, symbol, dtype)
+    return _swish_beta_grad(s, symbol, dtype, cost)
 
 
 def _packer(names: tuple[str, ...]) -> Callable[[dict], tuple[float, float, float, float]]:
@@ -133,20 +133,19 @@ def _blocks(ins: tuple[np.ndarray, ...], out: np.ndarray):
                 ob[...] = tmp
 
 
-def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
+def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
     """A kernel closure: C-contiguous arrays go straight to C (one cffi call); others in blocks."""
     from multiact import get_num_threads
 
     lib, ffi = s["lib"], s["ffi"]
     fb = ffi.from_buffer
     elsize = _ELSIZE[dtype]
-    variants = {
-        cname: (ffi.cast("void *", ffi.addressof(lib, sym)), _packer(names), cost)
-        for cname, sym, _, names, cost in rows
-    }
+    _, sym, _, names, cost = row
+    fn, pack = ffi.cast("void *", ffi.addressof(lib, sym)), _packer(names)
+    const = pack({}) if not names else None
     run = lib.ma_run_binary if binary else lib.ma_run_unary
 
-    def strided(arrays, out, fn, cost, a, b, c, d):
+    def strided(arrays, out, a, b, c, d):
         flat = _flat(*arrays, out)  # Fortran order: flat views in memory order
         if flat is not None:
             run(fn, *(fb(v) for v in flat), out.size, elsize, cost, a, b, c, d, get_num_threads())
@@ -154,48 +153,29 @@ def _elementwise(s: dict, rows: list, dtype: str, binary: bool) -> Callable:
         for blocks, ob in _blocks(arrays, out):
             run(fn, *(fb(v) for v in blocks), fb(ob), ob.size, elsize, cost, a, b, c, d, 1)
 
-    if len(variants) == 1:
-        ((fn, pack, cost),) = variants.values()
-        const = pack({}) if not rows[0][3] else None
+    if binary:
 
-        if binary:
-
-            def k2(u, v, out, p):
-                a, b, c, d = const or pack(p)
-                try:
-                    bu, bv, bo = fb(u), fb(v), fb(out)  # raises unless C-contiguous
-                except ValueError:
-                    return strided((u, v), out, fn, cost, a, b, c, d)
-                if out.size:
-                    run(fn, bu, bv, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
-
-            return k2
-
-        def k1(x, out, p):
+        def k2(u, v, out, p):
             a, b, c, d = const or pack(p)
             try:
-                bx, bo = fb(x), fb(out)  # raises unless C-contiguous
+                bu, bv, bo = fb(u), fb(v), fb(out)  # raises unless C-contiguous
             except ValueError:
-                return strided((x,), out, fn, cost, a, b, c, d)
+                return strided((u, v), out, a, b, c, d)
             if out.size:
-                run(fn, bx, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
+                run(fn, bu, bv, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
-        return k1
+        return k2
 
-    by_approx = {("tanh" if "tanh" in cname else "none"): v for cname, v in variants.items()}  # gelu
-
-    def kv(*args):
-        *arrays, out, p = args
-        fn, pack, cost = by_approx[p.get("approximate", "none")]
-        a, b, c, d = pack(p)
+    def k1(x, out, p):
+        a, b, c, d = const or pack(p)
         try:
-            bufs = [fb(v) for v in (*arrays, out)]
+            bx, bo = fb(x), fb(out)  # raises unless C-contiguous
         except ValueError:
-            return strided(tuple(arrays), out, fn, cost, a, b, c, d)
+            return strided((x,), out, a, b, c, d)
         if out.size:
-            run(fn, *bufs, out.size, elsize, cost, a, b, c, d, get_num_threads())
+            run(fn, bx, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
-    return kv
+    return k1
 
 
 def _channels(x: np.ndarray, weight: np.ndarray, axis: int, order: str) -> tuple[int, int, int]:

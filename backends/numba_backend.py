@@ -46,7 +46,7 @@ import numpy as np
 
 from multiact._config import get_num_threads
 from multiact._layout import flat_views
-from multiact.ops import OPS
+from multiact.ops import KEYS
 
 NAME = "numba"
 PRIORITY = 20
@@ -118,35 +118,31 @@ def info() -> dict[str, Any]:
     }
 
 
-def supports(op: str, direction: str, dtype: str) -> bool:
-    return dtype in _DTYPES and op in OPS and OPS[op].has(direction)
+def supports(key: str, direction: str, dtype: str) -> bool:
+    return dtype in _DTYPES and key in KEYS and KEYS[key].has(direction)
 
 
-def kernel(op: str, direction: str, dtype: str) -> Callable:
-    """The kernel for (op, direction, dtype), following the calling conventions of the registry."""
-    if not supports(op, direction, dtype):
-        raise ValueError(f"numba backend has no kernel for {op} {direction} {dtype}")
+def kernel(key: str, direction: str, dtype: str) -> Callable:
+    """The kernel for (kernel key, direction, dtype), following the calling conventions of the registry."""
+    if not supports(key, direction, dtype):
+        raise ValueError(f"numba backend has no kernel for {key} {direction} {dtype}")
     if direction == "param_grad":
-        return _swish_beta_grad if op == "swish" else _prelu_weight_grad
-    if op == "prelu":
+        return _swish_beta_grad if key == "swish" else _prelu_weight_grad
+    if key == "prelu":
         return _prelu_forward if direction == "forward" else _prelu_backward
     wd = "float64" if dtype == "float64" else "float32"
 
     if direction == "forward":
 
         def forward(x, out, p):
-            _run((_formula_name(op, p), direction, wd), (x,), out, _params(op, p, dtype))
+            _run((key, direction, wd), (x,), out, _params(key, p, dtype))
 
         return forward
 
     def backward(dy, x, out, p):
-        _run((_formula_name(op, p), direction, wd), (dy, x), out, _params(op, p, dtype))
+        _run((key, direction, wd), (dy, x), out, _params(key, p, dtype))
 
     return backward
-
-
-def _formula_name(op: str, p: dict) -> str:
-    return "gelu_tanh" if op == "gelu" and p.get("approximate") == "tanh" else op
 
 
 # ---- prelu and the parameter gradients --------------------------------------------------------------

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from multiact._layout import flat_views
-from multiact.ops import OPS
+from multiact.ops import KEYS
 
 NAME = "numpy"
 PRIORITY = 10
@@ -30,8 +30,8 @@ def info() -> dict:
     return {"numpy": np.__version__, "block": _BLOCK}
 
 
-def supports(op: str, direction: str, dtype: str) -> bool:
-    return dtype in ("float16", "float32", "float64") and op in OPS and OPS[op].has(direction)
+def supports(key: str, direction: str, dtype: str) -> bool:
+    return dtype in ("float16", "float32", "float64") and key in KEYS and KEYS[key].has(direction)
 
 
 def _blocks(arrays: tuple[np.ndarray, ...], out: np.ndarray):
@@ -95,12 +95,14 @@ def _param_grad(op: str, fn: Callable) -> Callable:
     return run
 
 
-def kernel(op: str, direction: str, dtype: str) -> Callable:
-    spec = OPS[op]
+def kernel(key: str, direction: str, dtype: str) -> Callable:
+    """Any op of the table (a registered one too) from its float64 reference; a variant's key runs
+    its op's reference, which reads the variant from the parameters."""
+    spec = KEYS[key]
     if direction == "forward":
-        return _elementwise(op, spec.forward, 1)
+        return _elementwise(spec.name, spec.forward, 1)
     if direction == "backward":
-        return _elementwise(op, spec.backward, 2)
+        return _elementwise(spec.name, spec.backward, 2)
     if direction == "backward_y":
-        return _elementwise(op, spec.backward_y, 2)
-    return _param_grad(op, spec.param_grad[1])
+        return _elementwise(spec.name, spec.backward_y, 2)
+    return _param_grad(spec.name, spec.param_grad[1])

@@ -85,9 +85,9 @@ def info() -> dict:
     }
 
 
-def supports(op: str, direction: str, dtype: str) -> bool:
-    return _supports(op, direction, dtype)
+def supports(key: str, direction: str, dtype: str) -> bool:
+    return _supports(key, direction, dtype)
 
 
-def kernel(op: str, direction: str, dtype: str) -> Callable:
-    return _runner.kernel(op, direction, dtype)
+def kernel(key: str, direction: str, dtype: str) -> Callable:
+    return _runner.kernel(key, direction, dtype)

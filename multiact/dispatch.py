@@ -252,7 +252,8 @@ def call(
     if spec.name == "prelu":
         p, weight_in = _weight(spec, p, like, direction)
     dtype = like.dtype.name
-    mod, kernel = registry.resolve(spec.name, direction, dtype, "numpy", backend)
+    key = spec.kernel_key(p)  # the variant's formula, resolved here once for every backend
+    mod, kernel = registry.resolve(key, direction, dtype, "numpy", backend)
     ins = tuple(arrs.values())
     if direction == "param_grad":
         res = _run(mod, kernel, spec, direction, dtype, ins, p)
@@ -268,7 +269,7 @@ def call(
             raise TypeError(f"{fn}: out must be an array to write into, got {type(out).__name__}")
         res = _arrays.as_host_array(out, f"{fn}: out", writeable=True)
         check_out(fn, res, arrs, like)
-    hit = _Fast(kernel, p, mod, f"{spec.name} {direction} in {dtype}")
+    hit = _Fast(kernel, p, mod, f"{key} {direction} in {dtype}")
     run_fast(hit, ins + (res,))
     if spec.name != "prelu" and _plain(named, out) and all(arrs[n] is a for n, a in named.items()):
         _remember(spec, direction, like.dtype, backend, hit)
@@ -318,7 +319,7 @@ def _call_device(spec, direction, kind, named, p, out, backend):
     like = ins[0]
     spec.check_precision(p, like.dtype, fn)
     dtype = _dtype_name(like)
-    mod, kernel = registry.resolve(spec.name, direction, dtype, kind, backend)
+    mod, kernel = registry.resolve(spec.kernel_key(p), direction, dtype, kind, backend)
     if direction == "param_grad":
         return _run(mod, kernel, spec, direction, dtype, ins, p)
     res = mod.empty_like(like) if out is None else out
@@ -331,7 +332,7 @@ def explain(spec: OpSpec, direction: str, a: Any, backend: str | None = None) ->
     kind = _kind(a)
     dtype = _dtype_name(a) if hasattr(a, "dtype") else np.asarray(a).dtype.name
     try:
-        mod, notes = registry.select(spec.name, direction, dtype, kind, backend)
+        mod, notes = registry.select(spec.kernel_key(spec.defaults()), direction, dtype, kind, backend)
     except Exception as e:
         return f"{spec.name} {direction} on {kind} {dtype} arrays: cannot run: {e}"
     lines = [f"{spec.name} {direction} on {kind} {dtype} arrays -> {mod.NAME}"]

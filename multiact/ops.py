@@ -17,22 +17,13 @@ from typing import Any
 import numpy as np
 
 from . import reference as R
+from ._opdefs import DEFINITIONS, DIRECTIONS, F32_MAX, F32_TINY, REQUIRED, OpDef, Param
 
+__all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef", "OpSpec",
+           "Param", "Tolerance", "by_key", "get", "in_float32", "register", "value_key"]
 
-class _Required:
-    def __repr__(self) -> str:
-        return "REQUIRED"
-
-
-REQUIRED: Any = _Required()
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
-DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
-
-
-# float32's smallest normal: a parameter that must be nonzero (or > 0) must stay so in float32.
-F32_TINY = 2.0**-126
-F32_MAX = float(np.finfo(np.float32).max)
 
 
 def in_float32(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,87 +36,6 @@ def _f32(v: float) -> float:
         return float(np.float32(v))
     with np.errstate(over="ignore"):
         return float(np.float32(v))
-
-
-@dataclass(frozen=True)
-class Param:
-    """One scalar parameter: its PyTorch name, default and valid range."""
-
-    name: str
-    default: Any = REQUIRED
-    kind: str = "float"  # "float" | "choice" | "int" | "array"
-    lo: float | None = None
-    hi: float | None = None
-    lo_open: bool = False
-    hi_open: bool = False
-    nonzero: bool = False
-    choices: tuple[str, ...] = ()
-    doc: str = ""
-
-    def range_text(self) -> str:
-        if self.kind == "choice":
-            return " | ".join(repr(c) for c in self.choices)
-        if self.kind != "float":
-            return self.kind
-        parts = []
-        if self.lo == 0 and self.lo_open:
-            parts.append(f">= {F32_TINY:g}")
-        elif self.lo is not None:
-            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
-        if self.hi is not None:
-            parts.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
-        if self.nonzero:
-            parts.append(f"|x| >= {F32_TINY:g}")
-        return "finite" + ("" if not parts else ", " + ", ".join(parts))
-
-    def convert(self, fn: str, value: Any) -> Any:
-        """The value as a plain Python float/str/int (read now: a tensor or 0-d array gives its current
-        value), or TypeError naming it.  `fn` is the function the user called, e.g. "gelu()"."""
-        where = f"{fn}: parameter {self.name!r}"
-        if self.kind == "choice":
-            if not isinstance(value, str):
-                raise TypeError(f"{where} must be a str, one of {self.choices}, got {type(value).__name__}")
-            return value
-        if self.kind == "int":
-            if isinstance(value, bool) or not isinstance(value, (int,)) and not hasattr(value, "__index__"):
-                raise TypeError(f"{where} must be an int, got {type(value).__name__}")
-            return int(value)
-        if self.kind == "array":
-            return value  # checked against the input's shape at dispatch
-        if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-            raise TypeError(f"{where} must be a real number, got {type(value).__name__}")
-        if type(value) is not float and hasattr(value, "detach"):  # a tensor that requires grad warns on float()
-            value = value.detach()
-        try:
-            return float(value)
-        except (TypeError, ValueError, OverflowError):
-            raise TypeError(f"{where} must be a real number (one value), got {value!r}") from None
-
-    def check(self, fn: str, v: Any) -> Any:
-        """v (converted) if it is in range, else ValueError naming the parameter."""
-        where = f"{fn}: parameter {self.name!r}"
-        if self.kind == "choice":
-            if v not in self.choices:
-                raise ValueError(f"{where} must be one of {self.choices}, got {v!r}")
-            return v
-        if self.kind != "float":
-            return v
-        if not math.isfinite(v):
-            raise ValueError(f"{where} must be finite, got {v}")
-        bad = (
-            (self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo))
-            or (self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi))
-            # nonzero, or > 0: also in float32, where float16/float32 kernels compute
-            or (self.nonzero and abs(v) < F32_TINY)
-            or (self.lo == 0 and self.lo_open and v < F32_TINY)
-        )
-        if bad:
-            raise ValueError(f"{where} must be {self.range_text()}, got {v}")
-        return v
-
-    def validate(self, fn: str, value: Any) -> Any:
-        """The value converted and range-checked; TypeError/ValueError naming it."""
-        return self.check(fn, self.convert(fn, value))
 
 
 def value_key(v: Any) -> Any:
@@ -161,23 +71,40 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class OpSpec:
-    """Everything multiact knows about one activation."""
+    """Everything multiact knows about one activation: its definition (`multiact._opdefs`) and its
+    numerics (float64 references, kinks, accuracy bound)."""
 
-    name: str
-    summary: str
-    formula: str
-    params: tuple[Param, ...]
+    defn: OpDef
     forward: Callable[..., Any]
     backward: Callable[..., Any]
     backward_y: Callable[..., Any] | None = None
-    y_allowed: Callable[[Mapping[str, Any]], bool] = lambda p: True
-    y_condition: str = ""
-    param_grad: tuple[str, Callable[..., Any]] | None = None  # (param name, reference)
-    condition: Callable[[Mapping[str, Any]], str | None] = lambda p: None  # a cross-parameter rule
+    param_grad_ref: Callable[..., Any] | None = None
     kinks: Callable[[Mapping[str, Any]], tuple[float, ...]] = lambda p: ()
-    onnx: str | None = None
     tol: Tolerance = field(default_factory=Tolerance)
     exact: bool = False  # piecewise linear: backends must round exactly like the formula
+
+    def __post_init__(self) -> None:
+        d = self.defn
+        if bool(d.y_form) != (self.backward_y is not None) or bool(d.param_grad) != (self.param_grad_ref is not None):
+            raise ValueError(f"{d.name}: the references do not match the definition's y-form / parameter gradient")
+
+    name = property(lambda self: self.defn.name)
+    summary = property(lambda self: self.defn.summary)
+    formula = property(lambda self: self.defn.formula)
+    params = property(lambda self: self.defn.params)
+    y_condition = property(lambda self: self.defn.y_condition)
+    y_allowed = property(lambda self: self.defn.y_allowed)
+    condition = property(lambda self: self.defn.condition)
+    onnx = property(lambda self: self.defn.onnx)
+    keys = property(lambda self: self.defn.keys)
+
+    @property
+    def param_grad(self) -> tuple[str, Callable[..., Any]] | None:
+        """(parameter name, its float64 reference), or None."""
+        return None if self.defn.param_grad is None else (self.defn.param_grad, self.param_grad_ref)
+
+    def kernel_key(self, p: Mapping[str, Any]) -> str:
+        return self.defn.kernel_key(p)
 
     @property
     def param_names(self) -> tuple[str, ...]:
@@ -260,10 +187,6 @@ class OpSpec:
                 )
 
 
-def _f(name, default=REQUIRED, **kw) -> Param:
-    return Param(name, default, **kw)
-
-
 _LINEAR = Tolerance(ulp32=1, ulp64=1, ulp16=1)
 _EXP_FROM_Y = Tolerance(y_atol=2)
 
@@ -285,134 +208,70 @@ def _gelu_cond(x: np.ndarray, p: Mapping[str, Any]) -> np.ndarray:
         return np.abs(2 * R.GELU_TANH_K * (x + R.GELU_TANH_C * x**3))
     return x * x  # erfc(z) ~ exp(-z^2): relative sensitivity 2 z^2 = x^2
 
-_SPECS = (
-    OpSpec(
-        "relu", "Rectified linear unit.", "max(x, 0)", (),
-        R.relu, R.relu_grad, R.relu_grad, kinks=lambda p: (0.0,), onnx="Relu", tol=_LINEAR, exact=True,
-    ),
-    OpSpec(
-        "relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", (),
-        R.relu6, R.relu6_grad, R.relu6_grad, kinks=lambda p: (0.0, 6.0), onnx="Clip", tol=_LINEAR, exact=True,
-    ),
-    OpSpec(
-        "leaky_relu", "Leaky ReLU: a small slope for negative inputs.", "x if x > 0 else negative_slope * x",
-        (_f("negative_slope", 0.01),),
-        R.leaky_relu, R.leaky_relu_grad, R.leaky_relu_grad,
-        y_allowed=lambda p: p["negative_slope"] > 0, y_condition="negative_slope > 0",
-        kinks=lambda p: (0.0,), onnx="LeakyRelu", tol=_LINEAR, exact=True,
-    ),
-    OpSpec(
-        "prelu", "Parametric ReLU: a learned slope per channel along `axis`.",
-        "x if x > 0 else weight[c] * x",
-        (_f("weight", kind="array", doc="1 element, or x.shape[axis] elements"), _f("axis", 1, kind="int")),
-        R.prelu, R.prelu_grad, param_grad=("weight", R.prelu_weight_grad),
-        kinks=lambda p: (0.0,), onnx="PRelu", tol=_LINEAR, exact=True,
-    ),
-    OpSpec(
-        "elu", "Exponential linear unit.", "x if x > 0 else alpha * (exp(x) - 1)",
-        (_f("alpha", 1.0),),
-        R.elu, R.elu_grad, R.elu_grad_y, y_allowed=lambda p: p["alpha"] >= 0, y_condition="alpha >= 0",
-        kinks=lambda p: (0.0,), tol=_EXP_FROM_Y, onnx="Elu",
-    ),
-    OpSpec(
-        "selu", "Scaled ELU (self-normalising).", "scale * (x if x > 0 else alpha * (exp(x) - 1))", (),
-        R.selu, R.selu_grad, R.selu_grad_y, kinks=lambda p: (0.0,), tol=_EXP_FROM_Y, onnx="Selu",
-    ),
-    OpSpec(
-        "celu", "Continuously differentiable ELU.", "x if x > 0 else alpha * (exp(x / alpha) - 1)",
-        (_f("alpha", 1.0, nonzero=True),),
-        R.celu, R.celu_grad, R.celu_grad_y, y_allowed=lambda p: p["alpha"] > 0, y_condition="alpha > 0",
-        kinks=lambda p: (0.0,), tol=Tolerance(y_atol=2, cond=_scaled_arg("alpha")), onnx="Celu",
-    ),
-    OpSpec(
-        "gelu", "Gaussian error linear unit, exact or with the tanh approximation.",
-        "x * Phi(x), or 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
-        (_f("approximate", "none", kind="choice", choices=("none", "tanh")),),
-        R.gelu, R.gelu_grad, kinks=lambda p: (-0.7517915, 0.0), onnx="Gelu", tol=_crosses_zero(_gelu_cond),
-    ),
-    OpSpec(
-        "fast_gelu", "CANN's FastGelu: x * sigmoid(1.702 x).", "x * sigmoid(1.702 x)", (),
-        R.fast_gelu, R.fast_gelu_grad, kinks=lambda p: (0.0,), tol=_crosses_zero(_scaled_arg(R.FAST_GELU_K)),
-    ),
-    OpSpec(
-        "silu", "Sigmoid linear unit (swish with beta = 1).", "x * sigmoid(x)", (),
-        R.silu, R.silu_grad, kinks=lambda p: (-1.2784645, 0.0), tol=_crosses_zero(),
-    ),
-    OpSpec(
-        "swish", "Swish with a (learnable) beta; its beta gradient is swish_beta_grad.", "x * sigmoid(beta x)",
-        (_f("beta", 1.0),),
-        R.swish, R.swish_grad, param_grad=("beta", R.swish_beta_grad), kinks=lambda p: (0.0,),
-        tol=_crosses_zero(_scaled_arg("beta")),
-    ),
-    OpSpec(
-        "hardswish", "Piecewise-quadratic swish (MobileNetV3).", "x * relu6(x + 3) / 6", (),
-        R.hardswish, R.hardswish_grad, kinks=lambda p: (-3.0, -1.5, 3.0), onnx="HardSwish",
-        tol=Tolerance(ulp32=2, ulp64=2, bwd_atol=2),
-    ),
-    OpSpec(
-        "hardsigmoid", "Piecewise-linear sigmoid.", "relu6(x + 3) / 6", (),
-        R.hardsigmoid, R.hardsigmoid_grad, kinks=lambda p: (-3.0, 3.0), onnx="HardSigmoid",
-        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2),
-    ),
-    OpSpec(
-        "sigmoid", "Logistic sigmoid.", "1 / (1 + exp(-x))", (),
-        R.sigmoid_fwd, R.sigmoid_grad, R.sigmoid_grad_y, onnx="Sigmoid",
-    ),
-    OpSpec(
-        "logsigmoid", "Log of the sigmoid, without overflow.", "-softplus(-x)", (),
-        R.logsigmoid, R.logsigmoid_grad, tol=Tolerance(fwd_atol=1),
-    ),
-    OpSpec(
-        "tanh", "Hyperbolic tangent.", "tanh(x)", (),
-        R.tanh, R.tanh_grad, R.tanh_grad_y, onnx="Tanh",
-    ),
-    OpSpec(
-        "hardtanh", "Clamp to [min_val, max_val].", "min(max(x, min_val), max_val)",
-        (_f("min_val", -1.0), _f("max_val", 1.0)),
-        R.hardtanh, R.hardtanh_grad, R.hardtanh_grad,
-        condition=lambda p: None if p["min_val"] <= p["max_val"] else "min_val must be <= max_val",
-        kinks=lambda p: (p["min_val"], p["max_val"]), onnx="Clip", tol=_LINEAR, exact=True,
-    ),
-    OpSpec(
-        "softplus", "Smooth ReLU; linear where beta * x > threshold.",
-        "log(1 + exp(beta x)) / beta, or x where beta x > threshold",
-        (_f("beta", 1.0, lo=0, lo_open=True), _f("threshold", 20.0)),
-        R.softplus, R.softplus_grad, kinks=lambda p: (p["threshold"] / p["beta"],), onnx="Softplus",
-        tol=Tolerance(cond=_scaled_arg("beta")),
-    ),
-    OpSpec(
-        "softsign", "x / (1 + |x|).", "x / (1 + |x|)", (),
-        R.softsign, R.softsign_grad, onnx="Softsign",
-    ),
-    OpSpec(
-        "mish", "Self-regularised non-monotonic activation.", "x * tanh(softplus(x))", (),
-        R.mish, R.mish_grad, kinks=lambda p: (-1.1924, 0.0), onnx="Mish", tol=_crosses_zero(),
-    ),
-    OpSpec(
-        "softshrink", "Soft shrinkage towards 0 by lambd.", "x - lambd if x > lambd, x + lambd if x < -lambd, else 0",
-        (_f("lambd", 0.5, lo=0),),
-        R.softshrink, R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]), onnx="Shrink",
-        tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1),
-    ),
-    OpSpec(
-        "hardshrink", "Zero inside [-lambd, lambd].", "x if |x| > lambd else 0",
-        (_f("lambd", 0.5, lo=0),),
-        R.hardshrink, R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]), onnx="Shrink",
-        tol=_LINEAR, exact=True,
-    ),
-    OpSpec(
-        "tanhshrink", "x - tanh(x).", "x - tanh(x)", (),
-        R.tanhshrink, R.tanhshrink_grad, kinks=lambda p: (0.0,),
-    ),
-    OpSpec(
-        "threshold", "Replace x <= threshold by value.", "x if x > threshold else value",
-        (_f("threshold"), _f("value")),
-        R.threshold, R.threshold_grad, kinks=lambda p: (p["threshold"],), onnx="ThresholdedRelu",
-        tol=_LINEAR, exact=True,
-    ),
-)
+# The numerics of each op of `multiact._opdefs`: float64 references (forward, backward, the y-form and
+# the parameter gradient where the definition has them), kinks, accuracy bound.
+_NUMERICS: dict[str, dict[str, Any]] = {
+    "relu": dict(forward=R.relu, backward=R.relu_grad, backward_y=R.relu_grad, kinks=lambda p: (0.0,),
+                 tol=_LINEAR, exact=True),
+    "relu6": dict(forward=R.relu6, backward=R.relu6_grad, backward_y=R.relu6_grad, kinks=lambda p: (0.0, 6.0),
+                  tol=_LINEAR, exact=True),
+    "leaky_relu": dict(forward=R.leaky_relu, backward=R.leaky_relu_grad, backward_y=R.leaky_relu_grad,
+                       kinks=lambda p: (0.0,), tol=_LINEAR, exact=True),
+    "prelu": dict(forward=R.prelu, backward=R.prelu_grad, param_grad_ref=R.prelu_weight_grad, kinks=lambda p: (0.0,),
+                  tol=_LINEAR, exact=True),
+    "elu": dict(forward=R.elu, backward=R.elu_grad, backward_y=R.elu_grad_y, kinks=lambda p: (0.0,), tol=_EXP_FROM_Y),
+    "selu": dict(forward=R.selu, backward=R.selu_grad, backward_y=R.selu_grad_y, kinks=lambda p: (0.0,),
+                 tol=_EXP_FROM_Y),
+    "celu": dict(forward=R.celu, backward=R.celu_grad, backward_y=R.celu_grad_y, kinks=lambda p: (0.0,),
+                 tol=Tolerance(y_atol=2, cond=_scaled_arg("alpha"))),
+    "gelu": dict(forward=R.gelu, backward=R.gelu_grad, kinks=lambda p: (-0.7517915, 0.0),
+                 tol=_crosses_zero(_gelu_cond)),
+    "fast_gelu": dict(forward=R.fast_gelu, backward=R.fast_gelu_grad, kinks=lambda p: (0.0,),
+                      tol=_crosses_zero(_scaled_arg(R.FAST_GELU_K))),
+    "silu": dict(forward=R.silu, backward=R.silu_grad, kinks=lambda p: (-1.2784645, 0.0), tol=_crosses_zero()),
+    "swish": dict(forward=R.swish, backward=R.swish_grad, param_grad_ref=R.swish_beta_grad, kinks=lambda p: (0.0,),
+                  tol=_crosses_zero(_scaled_arg("beta"))),
+    "hardswish": dict(forward=R.hardswish, backward=R.hardswish_grad, kinks=lambda p: (-3.0, -1.5, 3.0),
+                      tol=Tolerance(ulp32=2, ulp64=2, bwd_atol=2)),
+    "hardsigmoid": dict(forward=R.hardsigmoid, backward=R.hardsigmoid_grad, kinks=lambda p: (-3.0, 3.0),
+                        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2)),
+    "sigmoid": dict(forward=R.sigmoid_fwd, backward=R.sigmoid_grad, backward_y=R.sigmoid_grad_y),
+    "logsigmoid": dict(forward=R.logsigmoid, backward=R.logsigmoid_grad, tol=Tolerance(fwd_atol=1)),
+    "tanh": dict(forward=R.tanh, backward=R.tanh_grad, backward_y=R.tanh_grad_y),
+    "hardtanh": dict(forward=R.hardtanh, backward=R.hardtanh_grad, backward_y=R.hardtanh_grad,
+                     kinks=lambda p: (p["min_val"], p["max_val"]), tol=_LINEAR, exact=True),
+    "softplus": dict(forward=R.softplus, backward=R.softplus_grad, kinks=lambda p: (p["threshold"] / p["beta"],),
+                     tol=Tolerance(cond=_scaled_arg("beta"))),
+    "softsign": dict(forward=R.softsign, backward=R.softsign_grad),
+    "mish": dict(forward=R.mish, backward=R.mish_grad, kinks=lambda p: (-1.1924, 0.0), tol=_crosses_zero()),
+    "softshrink": dict(forward=R.softshrink, backward=R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]),
+                       tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1)),
+    "hardshrink": dict(forward=R.hardshrink, backward=R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]),
+                       tol=_LINEAR, exact=True),
+    "tanhshrink": dict(forward=R.tanhshrink, backward=R.tanhshrink_grad, kinks=lambda p: (0.0,)),
+    "threshold": dict(forward=R.threshold, backward=R.threshold_grad, kinks=lambda p: (p["threshold"],),
+                      tol=_LINEAR, exact=True),
+}
 
-OPS: dict[str, OpSpec] = {s.name: s for s in _SPECS}
+OPS: dict[str, OpSpec] = {name: OpSpec(d, **_NUMERICS[name]) for name, d in DEFINITIONS.items()}
+# kernel key -> the op it belongs to ("gelu_tanh" -> gelu's spec)
+KEYS: dict[str, OpSpec] = {k: s for s in OPS.values() for k in s.keys}
+
+
+def by_key(key: str) -> OpSpec:
+    """The spec of the op a kernel key belongs to (an op's name is its key when it has no variants)."""
+    return KEYS[key]
+
+
+def register(spec: OpSpec) -> OpSpec:
+    """Add an op to the table: the extension point (a new op is a definition, its references, and kernels
+    in the backends that run it; the numpy backend runs any op from its references).  Returns the spec;
+    `multiact.api.publish` then makes its public functions."""
+    if spec.name in OPS or any(k in KEYS for k in spec.keys):
+        raise ValueError(f"register(): an op or kernel key named {spec.name!r} exists already")
+    OPS[spec.name] = spec
+    KEYS.update({k: spec for k in spec.keys})
+    return spec
 
 
 def get(name: str) -> OpSpec:

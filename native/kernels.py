@@ -1,75 +1,96 @@
-"""The kernel table of multiact._native: (op, direction, dtype, ISA) -> C symbol.
+"""The kernel table of multiact._native: (op, kernel key, direction, dtype, ISA) -> C symbol.
 
-Read by the cffi builder (which generates the C X-macro list and the cdef from it), by the
-`native` backend (which looks symbols up here) and by the tests (which run every row).  It
-imports nothing but the standard library, so the builder can load it before multiact exists.
+Derived from the op definitions (`multiact/_opdefs.py`, loaded by path: this module imports only the
+standard library, so the cffi builder can run before multiact or NumPy exist).  Read by the builder
+(which generates the C X-macro list and the cdef), by the `native` backend (the table is embedded in
+the extension) and by the tests (which run every row).
 
 C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sigmoid_grad_y__neon`.
+An op's elementwise kernels are its kernel keys (forward), `<key>_grad` or the op's shared backward
+kernel, and `<key>_grad_y` for a backward of its own from the output; an op with an array parameter
+(prelu) and the parameter gradients have signatures of their own.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
 import re
+import sys
 from typing import NamedTuple
 
 DTYPES = {"float32": "f32", "float16": "f16"}
 ISAS_BY_ARCH = {"x86_64": ("scalar", "avx2"), "aarch64": ("scalar", "neon")}
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
-# Elementwise C kernels: name -> arity (1: x -> y; 2: (dy, x or y) -> dx).
-UNARY = (
-    "relu", "relu6", "leaky_relu", "hardtanh", "hardswish", "hardsigmoid", "softshrink", "hardshrink",
-    "threshold", "elu", "selu", "celu", "sigmoid", "logsigmoid", "tanh", "softplus", "softsign",
-    "swish", "silu", "fast_gelu", "gelu_tanh", "gelu", "mish", "tanhshrink",
-)
-BINARY = (
-    "relu_grad", "relu6_grad", "leaky_relu_grad", "hardtanh_grad", "hardswish_grad", "hardsigmoid_grad",
-    "shrink_grad", "threshold_grad", "elu_grad", "elu_grad_y", "selu_grad", "selu_grad_y", "celu_grad",
-    "celu_grad_y", "sigmoid_grad", "sigmoid_grad_y", "logsigmoid_grad", "tanh_grad", "tanh_grad_y",
-    "softplus_grad", "softsign_grad", "swish_grad", "silu_grad", "fast_gelu_grad", "gelu_tanh_grad",
-    "gelu_grad", "mish_grad", "tanhshrink_grad",
-)
 
-# A kernel's time per element relative to relu's (in cache, AVX2 on the project's Zen 1, where relu
-# takes ~0.21 ns: after the four-vector steps, rounded); unlisted kernels (piecewise linear) cost 1.
-# The runtime threads a call once elements x cost reach its parallel minimum (256K: where a second
-# thread gives relu 1.38x here; at 128K 1.12x), so that expensive kernels go parallel at smaller sizes
-# (measured break-even for gelu and sigmoid: ~12K elements; they now start at 21K and 51K).
-COST = {
-    "elu": 5, "selu": 5, "celu": 7, "sigmoid": 5, "logsigmoid": 8, "tanh": 6, "softplus": 10, "swish": 7,
-    "silu": 5, "fast_gelu": 6, "gelu_tanh": 8, "gelu": 12, "mish": 7, "tanhshrink": 13,
-    "elu_grad": 8, "selu_grad": 8, "celu_grad": 8, "sigmoid_grad": 7, "logsigmoid_grad": 7, "tanh_grad": 6,
-    "softplus_grad": 7, "swish_grad": 7, "silu_grad": 8, "fast_gelu_grad": 7, "gelu_tanh_grad": 11,
-    "gelu_grad": 15, "mish_grad": 10, "tanhshrink_grad": 6,
-    "swish_beta_grad": 63,  # a double exp per element (a sum, kept in double)
-}
+def _load_definitions():
+    name = "_multiact_opdefs"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "multiact", "_opdefs.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # dataclasses look their module up while the class is made
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
 
-# (public op, direction) -> C name; gelu's variant depends on `approximate` (see cname()).
-_GRAD = {"softshrink": "shrink_grad", "hardshrink": "shrink_grad"}
-# Ops whose backward_y is the same formula as the backward (y > 0 <=> x > 0 and so on).
-_Y_SAME = ("relu", "relu6", "leaky_relu", "hardtanh")
-_Y_OWN = ("elu", "selu", "celu", "sigmoid", "tanh")
-SPECIAL = {("prelu", "forward"): "prelu", ("prelu", "backward"): "prelu",
-           ("prelu", "param_grad"): "prelu_weight_grad", ("swish", "param_grad"): "swish_beta_grad"}
 
-# Parameter block (ma_params a, b, c, d) per C name prefix: which op parameter goes where.
-PARAMS = {
-    "leaky_relu": ("negative_slope",), "elu": ("alpha",), "celu": ("alpha",), "swish": ("beta",),
-    "hardtanh": ("min_val", "max_val"), "softplus": ("beta", "threshold"), "softshrink": ("lambd",),
-    "hardshrink": ("lambd",), "shrink": ("lambd",), "threshold": ("threshold", "value"),
-}
+DEFS = _load_definitions().DEFS
 
 
 class Kernel(NamedTuple):
-    op: str  # public op name (gelu rows carry the variant in cname)
+    op: str  # public op name
+    key: str  # kernel key (the op's name, or its variant's: gelu_tanh)
     direction: str  # forward | backward | backward_y | param_grad
     dtype: str  # float32 | float16
     isa: str
     cname: str
     symbol: str
     signature: str  # unary | binary | prelu | prelu_weight_grad | swish_beta_grad
+
+
+def _channel_op(d) -> bool:
+    """An op with an array parameter (a weight per channel) has kernels of its own signature."""
+    return any(p.kind == "array" for p in d.params)
+
+
+def _rows() -> list[tuple[str, str, str, str, str]]:
+    """(op, key, direction, cname, signature) for every kernel, in definition order."""
+    rows = []
+    for d in DEFS:
+        for key in d.keys:
+            if _channel_op(d):
+                rows += [(d.name, key, "forward", d.name, "prelu"), (d.name, key, "backward", d.name, "prelu")]
+            else:
+                names = d.kernel_names(key)
+                rows += [(d.name, key, direction, cname, "unary" if direction == "forward" else "binary")
+                         for direction, cname in names.items()]
+        if d.param_grad:
+            sig = "prelu_weight_grad" if _channel_op(d) else "swish_beta_grad"
+            rows.append((d.name, d.name, "param_grad", f"{d.name}_{d.param_grad}_grad", sig))
+    return rows
+
+
+def _elementwise(signature: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(r[3] for r in _rows() if r[4] == signature))
+
+
+# Elementwise C kernels: unary x -> y, binary (dy, x or y) -> dx (a shared one, such as shrink_grad, once).
+UNARY = _elementwise("unary")
+BINARY = _elementwise("binary")
+
+# A kernel's time per element relative to relu's (the definitions' `cost`: in cache, 64K float32, one
+# thread, AVX2, measured on AMD EPYC family 23 model 1 = Zen 1, where relu takes ~0.21 ns; after the
+# four-vector steps, rounded; not re-measured on Zen 3 (family 25) or with AVX-512). Unlisted kernels,
+# the piecewise linear ones, cost 1. The runtime threads a call once elements x cost reach its parallel
+# minimum (256K: where a second thread gave relu 1.38x on that machine), so that expensive kernels go
+# parallel at smaller sizes.
+COST = {name: c for d in DEFS for key in d.keys for name, c in d.costs(key).items() if c != 1}
+COST.update({f"{d.name}_{d.param_grad}_grad": d.param_grad_cost for d in DEFS if d.param_grad and d.param_grad_cost != 1})
+
+# C kernel name -> the op parameters packed into ma_params (a, b, ...), in the definition's slot order.
+_PARAMS = {r[3]: d.float_params for d in DEFS for r in _rows() if r[0] == d.name and d.float_params}
 
 
 def arch(machine: str | None = None) -> str:
@@ -86,50 +107,21 @@ def symbol(cname: str, dtype: str, isa: str) -> str:
     return f"ma_{DTYPES[dtype]}_{cname}__{isa}"
 
 
-def cname(op: str, direction: str, approximate: str = "none") -> str | None:
-    """The C kernel name for a public (op, direction), or None where there is none."""
-    if (op, direction) in SPECIAL:
-        return SPECIAL[(op, direction)]
-    base = "gelu_tanh" if op == "gelu" and approximate == "tanh" else op
-    if direction == "forward":
-        return base if base in UNARY else None
-    if direction == "backward":
-        name = _GRAD.get(op, base + "_grad")
-        return name if name in BINARY else None
-    if direction == "backward_y":
-        if op in _Y_SAME:
-            return base + "_grad"
-        return base + "_grad_y" if op in _Y_OWN else None
+def cname(key: str, direction: str) -> str | None:
+    """The C kernel name for a kernel key and direction, or None where there is none."""
+    for _, k, d, name, _ in _rows():
+        if k == key and d == direction:
+            return name
     return None
-
-
-def _signature(name: str) -> str:
-    if name in UNARY:
-        return "unary"
-    if name in BINARY:
-        return "binary"
-    return {"prelu": "prelu", "prelu_weight_grad": "prelu_weight_grad", "swish_beta_grad": "swish_beta_grad"}[name]
-
-
-def _public_rows() -> list[tuple[str, str, str]]:
-    ops = sorted({*(n for n in UNARY if n != "gelu_tanh"), "prelu", "softshrink", "hardshrink"})
-    rows = []
-    for op in ops:
-        for direction in ("forward", "backward", "backward_y", "param_grad"):
-            for approx in (("none", "tanh") if op == "gelu" else ("none",)):
-                name = cname(op, direction, approx)
-                if name is not None and (op, direction, name) not in rows:
-                    rows.append((op, direction, name))
-    return rows
 
 
 def table(machine: str | None = None) -> list[Kernel]:
     """Every kernel in the extension for this architecture."""
     return [
-        Kernel(op, direction, dtype, isa, name, symbol(name, dtype, isa), _signature(name))
+        Kernel(op, key, direction, dtype, isa, name, symbol(name, dtype, isa), sig)
         for isa in isas(machine)
         for dtype in DTYPES
-        for op, direction, name in _public_rows()
+        for op, key, direction, name, sig in _rows()
     ]
 
 
@@ -170,10 +162,7 @@ _SIGS = {
 
 def params_of(name: str) -> tuple[str, ...]:
     """Op parameters packed into ma_params (a, b, ...) for C kernel `name`."""
-    for prefix, names in PARAMS.items():
-        if name == prefix or name.startswith(prefix + "_"):
-            return names
-    return ()
+    return _PARAMS.get(name, ())
 
 
 def table_text(machine: str | None = None) -> str:
@@ -195,8 +184,6 @@ def declarations(machine: str | None = None) -> str:
 
 
 if __name__ == "__main__":
-    import sys
-
     if sys.argv[1:2] == ["--header"]:
         sys.stdout.write(x_macro_header())
     elif sys.argv[1:2] == ["--decls"]:

@@ -36,13 +36,12 @@ def main(isa: str, arch: str, out: str | None = None) -> None:
             continue
         seen.add((k.symbol, k.direction))
         op = OPS[k.op]
-        approx = {"approximate": "tanh"} if k.cname.startswith("gelu_tanh") else {}
-        p = op.validate({**PARAMS.get(k.op, {}), **approx})
+        p = op.validate({**PARAMS.get(k.op, {}), **op.defn.selecting(k.key)})
         vals = [float(p[n]) for n in K.params_of(k.cname)] + [0.0] * 4
         tol = op.tol
         atol = {"forward": tol.fwd_atol, "backward": tol.bwd_atol, "backward_y": tol.y_atol}[k.direction]
         ulp = tol.ulp32 if k.dtype == "float32" else tol.ulp16
-        fwd = K.symbol(K.cname(k.op, "forward", p.get("approximate", "none")), k.dtype, "scalar")
+        fwd = K.symbol(K.cname(k.key, "forward"), k.dtype, "scalar")
         ref = K.symbol(k.cname, k.dtype, "scalar")
         lines.append(
             f'    {{"{k.symbol}", {SIG[k.signature]}, {int(k.dtype == "float16")}, {DIR[k.direction]}, '

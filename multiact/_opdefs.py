@@ -1,0 +1,279 @@
+"""The op definitions: every fact about every op that is not a formula, in one place.
+
+Read by everything that needs to know what the ops are: `multiact.ops` (which adds the float64
+references and accuracy bounds), the public functions, the cffi build (`native/kernels.py`, which
+must not import NumPy or multiact, so this module imports only the standard library), the
+backends' formula tables, the torch functions and modules, the ONNX export and the consistency
+cases.  Nothing here is repeated elsewhere: a new op is one `OpDef` plus its kernels.
+
+An op's *kernel key* names the formula a call runs: the op's name, or for an op with variants (gelu's
+`approximate`) one key per variant, as oneDNN keys `eltwise_gelu_erf` and `eltwise_gelu_tanh`.
+Dispatch resolves the key once per call (`OpDef.kernel_key`); backends are asked for kernels by key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
+# float32's smallest normal: a parameter that must be nonzero (or > 0) must stay so in float32.
+F32_TINY = 2.0**-126
+F32_MAX = 3.4028234663852886e38  # float32's largest finite value
+
+
+@dataclass(frozen=True)
+class Param:
+    """One scalar parameter: its PyTorch name, default and valid range."""
+
+    name: str
+    default: Any = REQUIRED
+    kind: str = "float"  # "float" | "choice" | "int" | "array"
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    nonzero: bool = False
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    def range_text(self) -> str:
+        if self.kind == "choice":
+            return " | ".join(repr(c) for c in self.choices)
+        if self.kind != "float":
+            return self.kind
+        parts = []
+        if self.lo == 0 and self.lo_open:
+            parts.append(f">= {F32_TINY:g}")
+        elif self.lo is not None:
+            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+        if self.hi is not None:
+            parts.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
+        if self.nonzero:
+            parts.append(f"|x| >= {F32_TINY:g}")
+        return "finite" + ("" if not parts else ", " + ", ".join(parts))
+
+    def convert(self, fn: str, value: Any) -> Any:
+        """The value as a plain Python float/str/int (read now: a tensor or 0-d array gives its current
+        value), or TypeError naming it.  `fn` is the function the user called, e.g. "gelu()"."""
+        where = f"{fn}: parameter {self.name!r}"
+        if self.kind == "choice":
+            if not isinstance(value, str):
+                raise TypeError(f"{where} must be a str, one of {self.choices}, got {type(value).__name__}")
+            return value
+        if self.kind == "int":
+            if isinstance(value, bool) or not isinstance(value, (int,)) and not hasattr(value, "__index__"):
+                raise TypeError(f"{where} must be an int, got {type(value).__name__}")
+            return int(value)
+        if self.kind == "array":
+            return value  # checked against the input's shape at dispatch
+        if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+            raise TypeError(f"{where} must be a real number, got {type(value).__name__}")
+        if type(value) is not float and hasattr(value, "detach"):  # a tensor that requires grad warns on float()
+            value = value.detach()
+        try:
+            return float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise TypeError(f"{where} must be a real number (one value), got {value!r}") from None
+
+    def check(self, fn: str, v: Any) -> Any:
+        """v (converted) if it is in range, else ValueError naming the parameter."""
+        where = f"{fn}: parameter {self.name!r}"
+        if self.kind == "choice":
+            if v not in self.choices:
+                raise ValueError(f"{where} must be one of {self.choices}, got {v!r}")
+            return v
+        if self.kind != "float":
+            return v
+        if not math.isfinite(v):
+            raise ValueError(f"{where} must be finite, got {v}")
+        bad = (
+            (self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo))
+            or (self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi))
+            # nonzero, or > 0: also in float32, where float16/float32 kernels compute
+            or (self.nonzero and abs(v) < F32_TINY)
+            or (self.lo == 0 and self.lo_open and v < F32_TINY)
+        )
+        if bad:
+            raise ValueError(f"{where} must be {self.range_text()}, got {v}")
+        return v
+
+    def validate(self, fn: str, value: Any) -> Any:
+        """The value converted and range-checked; TypeError/ValueError naming it."""
+        return self.check(fn, self.convert(fn, value))
+
+
+
+
+@dataclass(frozen=True)
+class Torch:
+    """How PyTorch spells the op: `torch.nn.functional.<fn>` (or `torch.<fn>`), which of our
+    parameters it takes positionally and by keyword, and its nn.Module's name."""
+
+    fn: str
+    args: tuple[str, ...] = ()
+    kwargs: tuple[str, ...] = ()
+    namespace: str = "torch.nn.functional"
+    module: str = ""  # nn.Module class name where CamelCase of the op name is not it
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One op: its signature, variants, backward forms, and how the peers spell it.
+
+    `inputs` are the array arguments of the forward and `grads` the outputs of the backward (dx
+    for the activations; a fused op adds db); `activation` names the op of this table that a
+    composite op applies (it does not copy its formula).
+    """
+
+    name: str
+    summary: str
+    formula: str
+    params: tuple[Param, ...] = ()
+    # The choice parameter whose value picks the formula, and value -> kernel key.
+    variant: tuple[str, Mapping[str, str]] | None = None
+    y_form: str = ""  # "": the backward needs x; "same": its formula also holds on y; "own": a y formula
+    y_condition: str = ""  # when the y-form holds, in words (y_allowed says it in code)
+    y_allowed: Callable[[Mapping[str, Any]], bool] = lambda p: True
+    condition: Callable[[Mapping[str, Any]], str | None] = lambda p: None  # a cross-parameter rule
+    param_grad: str | None = None  # the parameter with a gradient of its own
+    grad_kernel: str | None = None  # a backward kernel shared with other ops (softshrink, hardshrink)
+    torch: Torch | None = None
+    onnx: str | None = None
+    # Per kernel key (forward, backward) time per element relative to relu's, in cache: the native
+    # runtime threads a call once elements x cost reach its parallel minimum. y-forms cost 1.
+    cost: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    param_grad_cost: int = 1
+    cases: tuple[Mapping[str, Any], ...] = ()  # parameter cases of the consistency suite, beyond the defaults
+    inputs: tuple[str, ...] = ("x",)
+    grads: tuple[str, ...] = ("dx",)
+    activation: str | None = None
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+    @property
+    def float_params(self) -> tuple[str, ...]:
+        """The float parameters in kernel slot order (a, b, ...)."""
+        return tuple(p.name for p in self.params if p.kind == "float")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every kernel key of the op (one unless it has variants)."""
+        return tuple(dict.fromkeys(self.variant[1].values())) if self.variant else (self.name,)
+
+    def kernel_key(self, p: Mapping[str, Any]) -> str:
+        """The formula these (validated) parameters select."""
+        if self.variant is None:
+            return self.name
+        return self.variant[1][p[self.variant[0]]]
+
+    def selecting(self, key: str) -> dict[str, str]:
+        """The variant parameter that selects kernel key `key` ({} for an op without variants)."""
+        if self.variant is None:
+            return {}
+        name, table = self.variant
+        return {name: next(v for v, k in table.items() if k == key)}
+
+    def kernel_names(self, key: str) -> dict[str, str]:
+        """direction -> elementwise kernel name for one key (native C names, formula names)."""
+        names = {"forward": key, "backward": self.grad_kernel or f"{key}_grad"}
+        if self.y_form == "same":
+            names["backward_y"] = names["backward"]
+        elif self.y_form == "own":
+            names["backward_y"] = f"{key}_grad_y"
+        return names
+
+    def costs(self, key: str) -> dict[str, int]:
+        """Kernel name -> relative cost for one key."""
+        fwd, bwd = self.cost.get(key, (1, 1))
+        names = self.kernel_names(key)
+        return {names["forward"]: fwd, names["backward"]: bwd}
+
+
+def _f(name, default=REQUIRED, **kw) -> Param:
+    return Param(name, default, **kw)
+
+
+_T = Torch
+DEFS: tuple[OpDef, ...] = (
+    OpDef("relu", "Rectified linear unit.", "max(x, 0)", y_form="same", torch=_T("relu", module="ReLU"),
+          onnx="Relu"),
+    OpDef("relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", y_form="same", torch=_T("relu6", module="ReLU6"),
+          onnx="Clip"),
+    OpDef("leaky_relu", "Leaky ReLU: a small slope for negative inputs.", "x if x > 0 else negative_slope * x",
+          (_f("negative_slope", 0.01),), y_form="same", y_condition="negative_slope > 0",
+          y_allowed=lambda p: p["negative_slope"] > 0, torch=_T("leaky_relu", ("negative_slope",), module="LeakyReLU"),
+          onnx="LeakyRelu", cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
+    OpDef("prelu", "Parametric ReLU: a learned slope per channel along `axis`.", "x if x > 0 else weight[c] * x",
+          (_f("weight", kind="array", doc="1 element, or x.shape[axis] elements"), _f("axis", 1, kind="int")),
+          param_grad="weight", torch=_T("prelu", module="PReLU"), onnx="PRelu",
+          cases=({"weight": "per-channel", "axis": 1}, {"weight": "single"})),
+    OpDef("elu", "Exponential linear unit.", "x if x > 0 else alpha * (exp(x) - 1)", (_f("alpha", 1.0),),
+          y_form="own", y_condition="alpha >= 0", y_allowed=lambda p: p["alpha"] >= 0,
+          torch=_T("elu", ("alpha",), module="ELU"), onnx="Elu", cost={"elu": (5, 8)},
+          cases=({"alpha": 0.5}, {"alpha": 0.0})),
+    OpDef("selu", "Scaled ELU (self-normalising).", "scale * (x if x > 0 else alpha * (exp(x) - 1))",
+          y_form="own", torch=_T("selu", module="SELU"), onnx="Selu", cost={"selu": (5, 8)}),
+    OpDef("celu", "Continuously differentiable ELU.", "x if x > 0 else alpha * (exp(x / alpha) - 1)",
+          (_f("alpha", 1.0, nonzero=True),), y_form="own", y_condition="alpha > 0",
+          y_allowed=lambda p: p["alpha"] > 0, torch=_T("celu", ("alpha",), module="CELU"), onnx="Celu",
+          cost={"celu": (7, 8)}, cases=({"alpha": 0.7}, {"alpha": 2.5})),
+    OpDef("gelu", "Gaussian error linear unit, exact or with the tanh approximation.",
+          "x * Phi(x), or 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
+          (_f("approximate", "none", kind="choice", choices=("none", "tanh")),),
+          variant=("approximate", {"none": "gelu", "tanh": "gelu_tanh"}),
+          torch=_T("gelu", kwargs=("approximate",), module="GELU"), onnx="Gelu",
+          cost={"gelu": (12, 15), "gelu_tanh": (8, 11)}, cases=({"approximate": "tanh"},)),
+    OpDef("fast_gelu", "CANN's FastGelu: x * sigmoid(1.702 x).", "x * sigmoid(1.702 x)", cost={"fast_gelu": (6, 7)}),
+    OpDef("silu", "Sigmoid linear unit (swish with beta = 1).", "x * sigmoid(x)", torch=_T("silu", module="SiLU"),
+          cost={"silu": (5, 8)}),
+    OpDef("swish", "Swish with a (learnable) beta; its beta gradient is swish_beta_grad.", "x * sigmoid(beta x)",
+          (_f("beta", 1.0),), param_grad="beta", cost={"swish": (7, 7)}, param_grad_cost=63,  # a double exp
+          cases=({"beta": 1.3}, {"beta": -0.7}, {"beta": 0.0})),
+    OpDef("hardswish", "Piecewise-quadratic swish (MobileNetV3).", "x * relu6(x + 3) / 6",
+          torch=_T("hardswish"), onnx="HardSwish"),
+    OpDef("hardsigmoid", "Piecewise-linear sigmoid.", "relu6(x + 3) / 6", torch=_T("hardsigmoid"),
+          onnx="HardSigmoid"),
+    OpDef("sigmoid", "Logistic sigmoid.", "1 / (1 + exp(-x))", y_form="own",
+          torch=_T("sigmoid", namespace="torch"), onnx="Sigmoid", cost={"sigmoid": (5, 7)}),
+    OpDef("logsigmoid", "Log of the sigmoid, without overflow.", "-softplus(-x)",
+          torch=_T("logsigmoid", module="LogSigmoid"), cost={"logsigmoid": (8, 7)}),
+    OpDef("tanh", "Hyperbolic tangent.", "tanh(x)", y_form="own", torch=_T("tanh", namespace="torch"),
+          onnx="Tanh", cost={"tanh": (6, 6)}),
+    OpDef("hardtanh", "Clamp to [min_val, max_val].", "min(max(x, min_val), max_val)",
+          (_f("min_val", -1.0), _f("max_val", 1.0)), y_form="same",
+          condition=lambda p: None if p["min_val"] <= p["max_val"] else "min_val must be <= max_val",
+          torch=_T("hardtanh", ("min_val", "max_val")), onnx="Clip", cases=({"min_val": -2.0, "max_val": 0.5},)),
+    OpDef("softplus", "Smooth ReLU; linear where beta * x > threshold.",
+          "log(1 + exp(beta x)) / beta, or x where beta x > threshold",
+          (_f("beta", 1.0, lo=0, lo_open=True), _f("threshold", 20.0)),
+          torch=_T("softplus", ("beta", "threshold")), onnx="Softplus", cost={"softplus": (10, 7)},
+          cases=({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0},
+                 {"beta": 1.0, "threshold": 1e6})),
+    OpDef("softsign", "x / (1 + |x|).", "x / (1 + |x|)", torch=_T("softsign"), onnx="Softsign"),
+    OpDef("mish", "Self-regularised non-monotonic activation.", "x * tanh(softplus(x))", torch=_T("mish"),
+          onnx="Mish", cost={"mish": (7, 10)}),
+    OpDef("softshrink", "Soft shrinkage towards 0 by lambd.", "x - lambd if x > lambd, x + lambd if x < -lambd, else 0",
+          (_f("lambd", 0.5, lo=0),), grad_kernel="shrink_grad", torch=_T("softshrink", ("lambd",)), onnx="Shrink",
+          cases=({"lambd": 0.3}, {"lambd": 0.0})),
+    OpDef("hardshrink", "Zero inside [-lambd, lambd].", "x if |x| > lambd else 0", (_f("lambd", 0.5, lo=0),),
+          grad_kernel="shrink_grad", torch=_T("hardshrink", ("lambd",)), onnx="Shrink", cases=({"lambd": 0.3},)),
+    OpDef("tanhshrink", "x - tanh(x).", "x - tanh(x)", torch=_T("tanhshrink"), cost={"tanhshrink": (13, 6)}),
+    OpDef("threshold", "Replace x <= threshold by value.", "x if x > threshold else value",
+          (_f("threshold"), _f("value")), torch=_T("threshold", ("threshold", "value")), onnx="ThresholdedRelu",
+          cases=({"threshold": 0.3, "value": -2.0}, {"threshold": -1.0, "value": 0.0})),
+)
+
+DEFINITIONS: dict[str, OpDef] = {d.name: d for d in DEFS}
