@@ -87,7 +87,8 @@ BINARY = _elementwise("binary")
 # minimum (256K: where a second thread gave relu 1.38x on that machine), so that expensive kernels go
 # parallel at smaller sizes.
 COST = {name: c for d in DEFS for key in d.keys for name, c in d.costs(key).items() if c != 1}
-COST.update({f"{d.name}_{d.param_grad}_grad": d.param_grad_cost for d in DEFS if d.param_grad and d.param_grad_cost != 1})
+COST.update({f"{d.name}_{d.param_grad}_grad": d.param_grad_cost
+             for d in DEFS if d.param_grad and d.param_grad_cost != 1})
 
 # C kernel name -> the op parameters packed into ma_params (a, b, ...), in the definition's slot order.
 _PARAMS = {r[3]: d.float_params for d in DEFS for r in _rows() if r[0] == d.name and d.float_params}
