@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from multiact.ops import KEYS
+from multiact.ops import KEYS, OPS
 
 from ._ort_sessions import Runner
 from ._ort_sessions import supports as _ort_supports
@@ -175,9 +175,9 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
 
 
 def _torch_forward(op: str, p: dict) -> Callable:
-    """x -> y with torch ops (kernels of the tensor's device; on an NPU, CANN's)."""
+    """x -> y with torch ops (kernels of the tensor's device; on an NPU, CANN's): the op's torch
+    function from its definition, or a composite of torch ops where torch has none."""
     torch = sys.modules["torch"]
-    F = torch.nn.functional
 
     def swish(x, beta):
         return x * torch.sigmoid(x * beta)
@@ -188,26 +188,17 @@ def _torch_forward(op: str, p: dict) -> Callable:
             return npu.npu_fast_gelu(x)
         return swish(x, 1.702)
 
-    def prelu(x):
+    def prelu(x):  # a weight per channel along any axis (torch's prelu takes dim 1 only)
         w = torch.as_tensor(np.asarray(p["weight"]), device=x.device, dtype=x.dtype)
         return torch.where(x > 0, x, x * w)
 
-    table = {
-        "relu": F.relu, "relu6": F.relu6, "selu": F.selu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
-        "silu": F.silu, "hardswish": F.hardswish, "hardsigmoid": F.hardsigmoid, "logsigmoid": F.logsigmoid,
-        "softsign": F.softsign, "mish": F.mish, "tanhshrink": F.tanhshrink, "fast_gelu": fast_gelu, "prelu": prelu,
-        "leaky_relu": lambda x: F.leaky_relu(x, p["negative_slope"]),
-        "elu": lambda x: F.elu(x, p["alpha"]),
-        "celu": lambda x: F.celu(x, p["alpha"]),
-        "gelu": lambda x: F.gelu(x, approximate=p["approximate"]),
-        "swish": lambda x: swish(x, p["beta"]),
-        "hardtanh": lambda x: F.hardtanh(x, p["min_val"], p["max_val"]),
-        "softplus": lambda x: F.softplus(x, p["beta"], p["threshold"]),
-        "softshrink": lambda x: F.softshrink(x, p["lambd"]),
-        "hardshrink": lambda x: F.hardshrink(x, p["lambd"]),
-        "threshold": lambda x: F.threshold(x, p["threshold"], p["value"]),
-    }
-    return table[op]
+    composites = {"swish": lambda x: swish(x, p["beta"]), "fast_gelu": fast_gelu, "prelu": prelu}
+    if op in composites:
+        return composites[op]
+    t = OPS[op].defn.torch
+    fn = getattr(torch.nn.functional if t.namespace == "torch.nn.functional" else torch, t.fn)
+    args, kwargs = [p[n] for n in t.args], {n: p[n] for n in t.kwargs}
+    return lambda x: fn(x, *args, **kwargs)
 
 
 def _torch_kernel(op: str, direction: str) -> Callable:

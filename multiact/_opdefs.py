@@ -117,14 +117,13 @@ class Param:
 
 @dataclass(frozen=True)
 class Torch:
-    """How PyTorch spells the op: `torch.nn.functional.<fn>` (or `torch.<fn>`), which of our
-    parameters it takes positionally and by keyword, and its nn.Module's name."""
+    """How PyTorch spells the op: `torch.nn.functional.<fn>` (or `torch.<fn>`), and which of our
+    parameters it takes positionally and by keyword."""
 
     fn: str
     args: tuple[str, ...] = ()
     kwargs: tuple[str, ...] = ()
     namespace: str = "torch.nn.functional"
-    module: str = ""  # nn.Module class name where CamelCase of the op name is not it
 
 
 @dataclass(frozen=True)
@@ -149,6 +148,7 @@ class OpDef:
     param_grad: str | None = None  # the parameter with a gradient of its own
     grad_kernel: str | None = None  # a backward kernel shared with other ops (softshrink, hardshrink)
     torch: Torch | None = None
+    module: str = ""  # multiact.torch's nn.Module name, PyTorch's spelling, where CamelCase of the name is not it
     onnx: str | None = None
     # Per kernel key (forward, backward) time per element relative to relu's, in cache: the native
     # runtime threads a call once elements x cost reach its parallel minimum. y-forms cost 1.
@@ -195,6 +195,11 @@ class OpDef:
             names["backward_y"] = f"{key}_grad_y"
         return names
 
+    @property
+    def module_name(self) -> str:
+        """The nn.Module name: leaky_relu -> LeakyReLU, hardswish -> Hardswish."""
+        return self.module or "".join(part.capitalize() for part in self.name.split("_"))
+
     def costs(self, key: str) -> dict[str, int]:
         """Kernel name -> relative cost for one key."""
         fwd, bwd = self.cost.get(key, (1, 1))
@@ -208,36 +213,38 @@ def _f(name, default=REQUIRED, **kw) -> Param:
 
 _T = Torch
 DEFS: tuple[OpDef, ...] = (
-    OpDef("relu", "Rectified linear unit.", "max(x, 0)", y_form="same", torch=_T("relu", module="ReLU"),
+    OpDef("relu", "Rectified linear unit.", "max(x, 0)", y_form="same", torch=_T("relu"), module="ReLU",
           onnx="Relu"),
-    OpDef("relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", y_form="same", torch=_T("relu6", module="ReLU6"),
+    OpDef("relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", y_form="same", torch=_T("relu6"), module="ReLU6",
           onnx="Clip"),
     OpDef("leaky_relu", "Leaky ReLU: a small slope for negative inputs.", "x if x > 0 else negative_slope * x",
           (_f("negative_slope", 0.01),), y_form="same", y_condition="negative_slope > 0",
-          y_allowed=lambda p: p["negative_slope"] > 0, torch=_T("leaky_relu", ("negative_slope",), module="LeakyReLU"),
+          y_allowed=lambda p: p["negative_slope"] > 0, torch=_T("leaky_relu", ("negative_slope",)),
+          module="LeakyReLU",
           onnx="LeakyRelu", cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
     OpDef("prelu", "Parametric ReLU: a learned slope per channel along `axis`.", "x if x > 0 else weight[c] * x",
           (_f("weight", kind="array", doc="1 element, or x.shape[axis] elements"), _f("axis", 1, kind="int")),
-          param_grad="weight", torch=_T("prelu", module="PReLU"), onnx="PRelu",
+          param_grad="weight", torch=_T("prelu"), module="PReLU", onnx="PRelu",
           cases=({"weight": "per-channel", "axis": 1}, {"weight": "single"})),
     OpDef("elu", "Exponential linear unit.", "x if x > 0 else alpha * (exp(x) - 1)", (_f("alpha", 1.0),),
           y_form="own", y_condition="alpha >= 0", y_allowed=lambda p: p["alpha"] >= 0,
-          torch=_T("elu", ("alpha",), module="ELU"), onnx="Elu", cost={"elu": (5, 8)},
+          torch=_T("elu", ("alpha",)), module="ELU", onnx="Elu", cost={"elu": (5, 8)},
           cases=({"alpha": 0.5}, {"alpha": 0.0})),
     OpDef("selu", "Scaled ELU (self-normalising).", "scale * (x if x > 0 else alpha * (exp(x) - 1))",
-          y_form="own", torch=_T("selu", module="SELU"), onnx="Selu", cost={"selu": (5, 8)}),
+          y_form="own", torch=_T("selu"), module="SELU", onnx="Selu", cost={"selu": (5, 8)}),
     OpDef("celu", "Continuously differentiable ELU.", "x if x > 0 else alpha * (exp(x / alpha) - 1)",
           (_f("alpha", 1.0, nonzero=True),), y_form="own", y_condition="alpha > 0",
-          y_allowed=lambda p: p["alpha"] > 0, torch=_T("celu", ("alpha",), module="CELU"), onnx="Celu",
+          y_allowed=lambda p: p["alpha"] > 0, torch=_T("celu", ("alpha",)), module="CELU", onnx="Celu",
           cost={"celu": (7, 8)}, cases=({"alpha": 0.7}, {"alpha": 2.5})),
     OpDef("gelu", "Gaussian error linear unit, exact or with the tanh approximation.",
           "x * Phi(x), or 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
           (_f("approximate", "none", kind="choice", choices=("none", "tanh")),),
           variant=("approximate", {"none": "gelu", "tanh": "gelu_tanh"}),
-          torch=_T("gelu", kwargs=("approximate",), module="GELU"), onnx="Gelu",
+          torch=_T("gelu", kwargs=("approximate",)), module="GELU", onnx="Gelu",
           cost={"gelu": (12, 15), "gelu_tanh": (8, 11)}, cases=({"approximate": "tanh"},)),
-    OpDef("fast_gelu", "CANN's FastGelu: x * sigmoid(1.702 x).", "x * sigmoid(1.702 x)", cost={"fast_gelu": (6, 7)}),
-    OpDef("silu", "Sigmoid linear unit (swish with beta = 1).", "x * sigmoid(x)", torch=_T("silu", module="SiLU"),
+    OpDef("fast_gelu", "CANN's FastGelu: x * sigmoid(1.702 x).", "x * sigmoid(1.702 x)", module="FastGELU",
+          cost={"fast_gelu": (6, 7)}),
+    OpDef("silu", "Sigmoid linear unit (swish with beta = 1).", "x * sigmoid(x)", torch=_T("silu"), module="SiLU",
           cost={"silu": (5, 8)}),
     OpDef("swish", "Swish with a (learnable) beta; its beta gradient is swish_beta_grad.", "x * sigmoid(beta x)",
           (_f("beta", 1.0),), param_grad="beta", cost={"swish": (7, 7)}, param_grad_cost=63,  # a double exp
@@ -249,7 +256,7 @@ DEFS: tuple[OpDef, ...] = (
     OpDef("sigmoid", "Logistic sigmoid.", "1 / (1 + exp(-x))", y_form="own",
           torch=_T("sigmoid", namespace="torch"), onnx="Sigmoid", cost={"sigmoid": (5, 7)}),
     OpDef("logsigmoid", "Log of the sigmoid, without overflow.", "-softplus(-x)",
-          torch=_T("logsigmoid", module="LogSigmoid"), cost={"logsigmoid": (8, 7)}),
+          torch=_T("logsigmoid"), module="LogSigmoid", cost={"logsigmoid": (8, 7)}),
     OpDef("tanh", "Hyperbolic tangent.", "tanh(x)", y_form="own", torch=_T("tanh", namespace="torch"),
           onnx="Tanh", cost={"tanh": (6, 6)}),
     OpDef("hardtanh", "Clamp to [min_val, max_val].", "min(max(x, min_val), max_val)",
@@ -260,6 +267,7 @@ DEFS: tuple[OpDef, ...] = (
           "log(1 + exp(beta x)) / beta, or x where beta x > threshold",
           (_f("beta", 1.0, lo=0, lo_open=True), _f("threshold", 20.0)),
           torch=_T("softplus", ("beta", "threshold")), onnx="Softplus", cost={"softplus": (10, 7)},
+          # threshold 1e6: the smooth branch reaches beta * x far past where sigmoid saturates (1e5)
           cases=({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0},
                  {"beta": 1.0, "threshold": 1e6})),
     OpDef("softsign", "x / (1 + |x|).", "x / (1 + |x|)", torch=_T("softsign"), onnx="Softsign"),

@@ -22,26 +22,10 @@ import numpy as np
 
 from .ops import OPS, REQUIRED, OpSpec, in_float32
 
-# Parameter cases per op beyond the defaults: each op's interesting corners.
-PARAM_CASES: dict[str, tuple[dict[str, Any], ...]] = {
-    "leaky_relu": ({"negative_slope": 0.2}, {"negative_slope": -0.3}),
-    "prelu": ({"weight": "per-channel", "axis": 1}, {"weight": "single"}),
-    "elu": ({"alpha": 0.5}, {"alpha": 0.0}),
-    "celu": ({"alpha": 0.7}, {"alpha": 2.5}),
-    "gelu": ({"approximate": "tanh"},),
-    "swish": ({"beta": 1.3}, {"beta": -0.7}, {"beta": 0.0}),
-    "hardtanh": ({"min_val": -2.0, "max_val": 0.5},),
-    # threshold 1e6: the smooth branch reaches beta * x far past where sigmoid saturates (1e5)
-    "softplus": ({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0}, {"beta": 1.0, "threshold": 1e6}),
-    "softshrink": ({"lambd": 0.3}, {"lambd": 0.0}),
-    "hardshrink": ({"lambd": 0.3},),
-    "threshold": ({"threshold": 0.3, "value": -2.0}, {"threshold": -1.0, "value": 0.0}),
-}
-
 
 def param_cases(spec: OpSpec) -> list[dict[str, Any]]:
-    """The defaults (where the op has them all) and the op's extra cases."""
-    cases = list(PARAM_CASES.get(spec.name, ()))
+    """The defaults (where the op has them all) and the op's own corners (its definition's `cases`)."""
+    cases = [dict(c) for c in spec.defn.cases]
     if all(p.default is not REQUIRED for p in spec.params):
         cases.insert(0, {})
     return cases

@@ -158,16 +158,9 @@ __all__ += sorted(FUNCTIONS)
 
 # ---- modules ------------------------------------------------------------------------------
 
-# PyTorch's spelling of each module name where CamelCase of the op name differs.
-_ACRONYMS = {"relu": "ReLU", "relu6": "ReLU6", "elu": "ELU", "selu": "SELU", "celu": "CELU", "gelu": "GELU",
-             "silu": "SiLU", "logsigmoid": "LogSigmoid", "prelu": "PReLU"}
-
-
 def module_name(op: str) -> str:
-    """The nn.Module name of op: leaky_relu -> LeakyReLU, gelu -> GELU, hardswish -> Hardswish."""
-    if op in _ACRONYMS:
-        return _ACRONYMS[op]
-    return "".join(_ACRONYMS.get(part, part.capitalize()) for part in op.split("_"))
+    """The nn.Module name of op (its definition's): leaky_relu -> LeakyReLU, gelu -> GELU, hardswish -> Hardswish."""
+    return OPS[op].defn.module_name
 
 
 class _ActivationModule(nn.Module):
