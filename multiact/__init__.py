@@ -31,6 +31,20 @@ def ops() -> dict[str, OpSpec]:
     return dict(_ops.OPS)
 
 
+def register_op(defn: _ops.OpDef, **numerics: Any) -> OpSpec:
+    """Add an op: its definition (`multiact._opdefs.OpDef`) and its numerics (float64 references
+    `forward`, `backward` and, where the definition has them, `backward_y` and `param_grad_ref`;
+    `kinks`, `tol`, `exact`).  It gets `ma.<name>`, `ma.<name>_grad`... at once, and runs on the numpy
+    backend from its references, on any other backend that has its kernels, with the shared suite."""
+    from .api import publish
+
+    spec = _ops.register(OpSpec(defn, **numerics))
+    funcs = publish(spec)
+    globals().update(funcs)
+    __all__.extend(sorted(funcs))
+    return spec
+
+
 def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None = None) -> str:
     """Which backend would run `op` on `x` (forward, or direction="backward"), and why."""
     from .dispatch import explain as _explain
@@ -42,5 +56,6 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 
 __all__ = [
     "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "explain", "forward",
+    "register_op",
     "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
 ]

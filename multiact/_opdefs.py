@@ -128,12 +128,7 @@ class Torch:
 
 @dataclass(frozen=True)
 class OpDef:
-    """One op: its signature, variants, backward forms, and how the peers spell it.
-
-    `inputs` are the array arguments of the forward and `grads` the outputs of the backward (dx
-    for the activations; a fused op adds db); `activation` names the op of this table that a
-    composite op applies (it does not copy its formula).
-    """
+    """One op: its signature, variants, backward forms, and how the peers spell it."""
 
     name: str
     summary: str
@@ -155,9 +150,6 @@ class OpDef:
     cost: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     param_grad_cost: int = 1
     cases: tuple[Mapping[str, Any], ...] = ()  # parameter cases of the consistency suite, beyond the defaults
-    inputs: tuple[str, ...] = ("x",)
-    grads: tuple[str, ...] = ("dx",)
-    activation: str | None = None
 
     @property
     def param_names(self) -> tuple[str, ...]:

@@ -214,3 +214,10 @@ FUNCTIONS: dict[str, Any] = {}
 for _spec in OPS.values():
     FUNCTIONS.update(_make(_spec))
 del _spec
+
+
+def publish(spec: OpSpec) -> dict[str, Any]:
+    """The public functions of an op added with `ops.register` (`multiact.register_op` does both)."""
+    funcs = _make(spec)
+    FUNCTIONS.update(funcs)
+    return funcs

@@ -1,16 +1,12 @@
 """The backend registry: which backends exist, which can run here, and which runs a call.
 
-A backend is a module `multiact.backends.<name>_backend` exposing NAME,
-PRIORITY (higher wins among automatic choices; 0 = only when asked for),
-KINDS (array kinds it runs on), `available() -> (ok, reason)` (never raises),
-`info() -> dict`, `supports(op, direction, dtype) -> bool` and
-`kernel(op, direction, dtype) -> callable`.  Modules import nothing heavy
-until a kernel is asked for.
+A backend is a module `multiact.backends.<name>_backend` that satisfies `Backend` below (a test
+checks every one).  Modules import nothing heavy until a kernel is asked for.
 
 Selection order: explicit `backend=` (strict) > `use(...)` scopes, innermost
 first > MULTIACT_BACKEND > the array's kind and priority among available
-backends that support (op, direction, dtype).  A backend named by `use` or the
-environment must be available; one that lacks the op, dtype or array kind is
+backends that support (kernel key, direction, dtype).  A backend named by `use` or the
+environment must be available; one that lacks the kernel, dtype or array kind is
 passed over unless `only=True`.
 """
 
@@ -25,11 +21,39 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .errors import BackendError
 
-# Every backend of DESIGN.md, built here or not; the registry reports all of them.
+
+@runtime_checkable
+class Backend(Protocol):
+    """What a backend module provides (the contract every `multiact.backends.*_backend` satisfies).
+
+    Kernels are asked for by kernel key (`OpDef.kernel_key`: the op's name, or its variant's, such as
+    gelu_tanh), resolved once per call by dispatch.  A kernel takes the arrays (inputs, then out) and
+    the checked parameters: `kernel(x, out, p)`, `kernel(dy, x_or_y, out, p)`; a parameter gradient
+    `kernel(dy, x, p)` returns its float64 sum.
+    """
+
+    NAME: str
+    PRIORITY: int  # higher wins among automatic choices; 0: only when asked for
+    KINDS: tuple[str, ...]  # the array kinds it runs on ("numpy", "cuda", "npu", ...)
+
+    def available(self) -> tuple[bool, str]:
+        """(ok, reason); never raises."""
+
+    def info(self) -> dict[str, Any]:
+        """ISA, devices, versions: what `ma.backends()` shows."""
+
+    def supports(self, key: str, direction: str, dtype: str) -> bool:
+        """Whether it has this kernel."""
+
+    def kernel(self, key: str, direction: str, dtype: str) -> Callable[..., Any]:
+        """The kernel (raises if unsupported)."""
+
+
+# Every backend of the design (shared/DESIGN.md), built here or not; the registry reports all of them.
 BACKEND_NAMES = ("native", "numba", "numpy", "cuda", "onnxruntime", "ascend")
 
 

@@ -204,3 +204,19 @@ def test_fast_path_for_y_keeps_the_y_checks():
     with pytest.raises(ValueError, match="y= is only supported"):
         ma.elu_grad(dy, y=y, alpha=-0.5)  # a negative alpha: y no longer tells the branch
     registry.clear_cache()
+
+
+@pytest.mark.parametrize("name", registry.BACKEND_NAMES)
+def test_every_backend_module_satisfies_the_backend_protocol(name):
+    """The contract is a typing.Protocol (registry.Backend); each backend module keeps it, signatures too."""
+    import importlib
+    import inspect
+
+    registry.module(name)  # makes multiact.backends importable from a source tree
+    mod = importlib.import_module(f"multiact.backends.{name}_backend")
+    assert isinstance(mod, registry.Backend), name
+    assert mod.NAME == name and isinstance(mod.PRIORITY, int) and isinstance(mod.KINDS, tuple)
+    for fn in ("supports", "kernel"):
+        assert list(inspect.signature(getattr(mod, fn)).parameters)[:3] == ["key", "direction", "dtype"], (name, fn)
+    ok, why = mod.available()
+    assert isinstance(ok, bool) and isinstance(why, str) and why
