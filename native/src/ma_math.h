@@ -1,7 +1,8 @@
 /* Vector math written against ma_simd.h: exp, expm1, log1p, tanh, erfc and the pieces the ops
- * share.  Coefficients come from native/fit_coefficients.py (least squares on Chebyshev nodes
- * against mpmath, rounded to float32).  Errors below are measured over dense grids against
- * mpmath, in float32 ULPs of the result, for the non-FMA (scalar) evaluation order.
+ * share.  Every coefficient and split constant is in ma_coeffs.h, which native/fit_coefficients.py
+ * writes (fits against mpmath, rounded to float32; each table's error stated there).  Errors below
+ * are the functions', measured over dense grids against mpmath, in float32 ULPs of the result, for
+ * the non-FMA (scalar) evaluation order.
  *
  * Conventions every function keeps: NaN in gives NaN out; +-inf give the limits; overflow gives
  * inf; results in the subnormal range are rounded once from a normal intermediate.
@@ -16,21 +17,19 @@
 #define MA_MATH_H
 
 #include "ma_simd.h"
+#include "ma_coeffs.h" /* MA_LOG2E, MA_LN2_HI + MA_LN2_LO (n * LN2_HI exact for |n| < 2^15), the polynomials */
 
-#define MA_LOG2E 1.44269504088896341f
-#define MA_LN2_HI 0.693359375f      /* 9 significant bits: n * LN2_HI is exact for |n| < 2^15 */
-#define MA_LN2_LO -2.12194440e-4f   /* ln 2 - LN2_HI */
 #define MA_MAGIC 12582912.0f        /* 1.5 * 2^23: adding it rounds to an integer in the low bits */
 #define MA_FLT_MAX 3.40282347e+38f
 #define ONE_F VSPLAT(1.0f)
 
-/* expm1(r) = r + r^2 P(r) on |r| <= 0.36: 1.06 ULP. */
+/* expm1(r) = r + r^2 P(r) on |r| <= 0.36 (MA_EM1_P; its error in ma_coeffs.h). */
 MA_INLINE V ma_em1_poly(V r) {
-    V p = VSPLAT(1.389421988e-03f);
-    p = VFMA(p, r, VSPLAT(8.365479298e-03f));
-    p = VFMA(p, r, VSPLAT(4.166698828e-02f));
-    p = VFMA(p, r, VSPLAT(1.666656286e-01f));
-    p = VFMA(p, r, VSPLAT(5.000000000e-01f));
+    V p = VSPLAT(MA_EM1_P4);
+    p = VFMA(p, r, VSPLAT(MA_EM1_P3));
+    p = VFMA(p, r, VSPLAT(MA_EM1_P2));
+    p = VFMA(p, r, VSPLAT(MA_EM1_P1));
+    p = VFMA(p, r, VSPLAT(MA_EM1_P0));
     return VFMA(r * r, p, r);
 }
 
@@ -113,11 +112,11 @@ MA_INLINE V ma_expm1(V x) {
 MA_INLINE V ma_log1p01(V u) {
     V s = u / (VSPLAT(2.0f) + u);
     V w = s * s;
-    V p = VSPLAT(2.332942486e-01f);
-    p = VFMA(p, w, VSPLAT(2.169233561e-01f));
-    p = VFMA(p, w, VSPLAT(2.859258056e-01f));
-    p = VFMA(p, w, VSPLAT(3.999972641e-01f));
-    p = VFMA(p, w, VSPLAT(6.666666865e-01f));
+    V p = VSPLAT(MA_LOG1P_R4); /* MA_LOG1P_R: R(s^2) */
+    p = VFMA(p, w, VSPLAT(MA_LOG1P_R3));
+    p = VFMA(p, w, VSPLAT(MA_LOG1P_R2));
+    p = VFMA(p, w, VSPLAT(MA_LOG1P_R1));
+    p = VFMA(p, w, VSPLAT(MA_LOG1P_R0));
     return VFMA(s * w, p, s + s);
 }
 
@@ -141,38 +140,38 @@ MA_INLINE V ma_erfc_q(V a) {
     V ap2 = a + VSPLAT(2.0f), den = VFMA(VSPLAT(2.0f), a, VSPLAT(1.0f));
     V r = ONE_F / (ap2 * den);
     V t = (a - VSPLAT(2.0f)) * (den * r);
-    V g = VSPLAT(-7.564637599e-06f);
-    g = VFMA(g, t, VSPLAT(-2.767621118e-05f));
-    g = VFMA(g, t, VSPLAT(-3.375262168e-06f));
-    g = VFMA(g, t, VSPLAT(1.440614287e-04f));
-    g = VFMA(g, t, VSPLAT(2.058199607e-04f));
-    g = VFMA(g, t, VSPLAT(-4.515101027e-04f));
-    g = VFMA(g, t, VSPLAT(-1.456316095e-03f));
-    g = VFMA(g, t, VSPLAT(1.270706067e-03f));
-    g = VFMA(g, t, VSPLAT(8.722532541e-03f));
-    g = VFMA(g, t, VSPLAT(-8.033939637e-03f));
-    g = VFMA(g, t, VSPLAT(-5.421998724e-02f));
-    g = VFMA(g, t, VSPLAT(1.640512794e-01f));
-    g = VFMA(g, t, VSPLAT(-1.660303921e-01f));
-    g = VFMA(g, t, VSPLAT(-9.276382625e-02f));
-    g = VFMA(g, t, VSPLAT(1.276978374e+00f));
+    V g = VSPLAT(MA_ERFC_G14); /* MA_ERFC_G: G(t) */
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G13));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G12));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G11));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G10));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G9));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G8));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G7));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G6));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G5));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G4));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G3));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G2));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G1));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_G0));
     return g * (ap2 * r);
 }
 
 /* 0.5 erfc(b / sqrt2) e^(b^2 / 2) for 0 <= b <= 12 (gelu's fast paths): ma_erfc_q at a = b / sqrt2
- * with a degree-9 G fitted on t in [-1, 0.62] (2.2 ULP; fit_coefficients.py), 1 / sqrt2 folded into
- * t's constants and 0.5 into G's coefficients (exact scalings), in Estrin's order (the chain is 4
- * FMAs deep, not 9: gelu is bound by latency, not by FMAs). */
+ * with a degree-9 G fitted on t in [-1, 0.62] (MA_ERFC_HG_FAST = 0.5 G; its error in ma_coeffs.h),
+ * 1 / sqrt2 folded into t's constants and 0.5 into G's coefficients (exact scalings), in Estrin's
+ * order (the chain is 4 FMAs deep, not 9: gelu is bound by latency, not by FMAs). */
 MA_INLINE V ma_half_erfc_q_fast(V b) {
     V ap2 = b + VSPLAT(2.82842712474619010f), den = VFMA(VSPLAT(1.41421356237309505f), b, VSPLAT(1.0f));
     V r = ONE_F / (ap2 * den); /* t = (b - 2 sqrt2) / (b + 2 sqrt2), 1 / (1 + sqrt2 b): one division */
     V t = (b - VSPLAT(2.82842712474619010f)) * (den * r);
     V t2 = t * t, t4 = t2 * t2;
-    V p0 = VFMA(VSPLAT(-9.276391566e-02f * 0.5f), t, VSPLAT(1.276978374e+00f * 0.5f));
-    V p1 = VFMA(VSPLAT(1.640540212e-01f * 0.5f), t, VSPLAT(-1.660308987e-01f * 0.5f));
-    V p2 = VFMA(VSPLAT(-8.054737002e-03f * 0.5f), t, VSPLAT(-5.421083048e-02f * 0.5f));
-    V p3 = VFMA(VSPLAT(1.315746340e-03f * 0.5f), t, VSPLAT(8.658618666e-03f * 0.5f));
-    V p4 = VFMA(VSPLAT(-4.213118809e-04f * 0.5f), t, VSPLAT(-1.265463070e-03f * 0.5f));
+    V p0 = VFMA(VSPLAT(MA_ERFC_HG_FAST1), t, VSPLAT(MA_ERFC_HG_FAST0));
+    V p1 = VFMA(VSPLAT(MA_ERFC_HG_FAST3), t, VSPLAT(MA_ERFC_HG_FAST2));
+    V p2 = VFMA(VSPLAT(MA_ERFC_HG_FAST5), t, VSPLAT(MA_ERFC_HG_FAST4));
+    V p3 = VFMA(VSPLAT(MA_ERFC_HG_FAST7), t, VSPLAT(MA_ERFC_HG_FAST6));
+    V p4 = VFMA(VSPLAT(MA_ERFC_HG_FAST9), t, VSPLAT(MA_ERFC_HG_FAST8));
     V g = VFMA(VFMA(p4, t4, VFMA(p3, t2, p2)), t4, VFMA(p1, t2, p0));
     return g * (ap2 * r);
 }

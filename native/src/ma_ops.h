@@ -426,21 +426,21 @@ MA_INLINE V gen_mish_grad(V dy, V x, const ma_params *p) {
 }
 MA_SPLIT_BINARY(mish_grad, x, 80.0f)
 
-/* ---- tanhshrink: x - tanh(x); |x| < 1: x^3 T(x^2) (2.8 ULP); else sign(x) ((|x| - 1) + 2e / (1 + e)) ---- */
+/* ---- tanhshrink: x - tanh(x); |x| < 1: x^3 T(x^2) (MA_TANHSHRINK_T); else sign(x) ((|x| - 1) + 2e / (1 + e)) ---- */
 MA_INLINE V op_tanhshrink(V x, const ma_params *p) {
     (void)p;
     V x2 = x * x;
-    V t = VSPLAT(5.643581517e-06f);
-    t = VFMA(t, x2, VSPLAT(-4.480269490e-05f));
-    t = VFMA(t, x2, VSPLAT(1.834160503e-04f));
-    t = VFMA(t, x2, VSPLAT(-5.495940568e-04f));
-    t = VFMA(t, x2, VSPLAT(1.436130726e-03f));
-    t = VFMA(t, x2, VSPLAT(-3.585819388e-03f));
-    t = VFMA(t, x2, VSPLAT(8.861963637e-03f));
-    t = VFMA(t, x2, VSPLAT(-2.186933905e-02f));
-    t = VFMA(t, x2, VSPLAT(5.396824330e-02f));
-    t = VFMA(t, x2, VSPLAT(-1.333333403e-01f));
-    t = VFMA(t, x2, VSPLAT(3.333333433e-01f));
+    V t = VSPLAT(MA_TANHSHRINK_T10); /* ma_coeffs.h */
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T9));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T8));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T7));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T6));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T5));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T4));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T3));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T2));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T1));
+    t = VFMA(t, x2, VSPLAT(MA_TANHSHRINK_T0));
     V small = x * (x2 * t);
     V a = ma_abs(x);
     V sc;
