@@ -221,7 +221,7 @@ def _torch_kernel(op: str, direction: str) -> Callable:
             fn = torch.ops.aten.sigmoid_backward if op == "sigmoid" else torch.ops.aten.tanh_backward
             out.copy_(fn(dy, y))
             return
-        if op in ("relu", "relu6", "hardtanh", "leaky_relu"):
+        if OPS[op].defn.y_form == "same":
             backward(dy, y, out, p)  # y is inside the linear pieces exactly where x is
             return
         from multiact.reference import SELU_ALPHA, SELU_SCALE

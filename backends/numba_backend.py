@@ -482,14 +482,14 @@ _PARALLEL = {
 
 @lru_cache(maxsize=1)
 def _source_tag() -> str:
-    """A hash of this file, formulas.py and numba_math.py: on-disk cache entries are keyed by it (numba
-    only watches the file that defines a cached function, not the inlined helpers)."""
+    """A hash of this file, formulas.py, numba_math.py and its coefficients: on-disk cache entries are
+    keyed by it (numba only watches the file that defines a cached function, not the inlined helpers)."""
     import hashlib
 
-    from . import formulas, numba_math
+    from . import _numba_coeffs, formulas, numba_math
 
     h = hashlib.sha1()
-    for path in (__file__, formulas.__file__, numba_math.__file__):
+    for path in (__file__, formulas.__file__, numba_math.__file__, _numba_coeffs.__file__):
         with open(path, "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()[:10]

@@ -31,6 +31,12 @@ def param_cases(spec: OpSpec) -> list[dict[str, Any]]:
     return cases
 
 
+def key_cases(spec: OpSpec, key: str) -> list[dict[str, Any]]:
+    """The op's cases that select kernel key `key` (or just the variant's value where none does)."""
+    return [c for c in param_cases(spec) if spec.kernel_key(_rounded(spec, c, np.float64)) == key] or [
+        spec.defn.selecting(key)]
+
+
 def case_id(params: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in params.items()) or "defaults"
 

@@ -422,7 +422,7 @@ def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> st
 
 def _bwd_y(g: _Graph, op: str, dy: str, y: str, p: dict) -> str:
     """Backward from the output y (only where spec.supports_y)."""
-    if op in ("relu", "relu6", "hardtanh", "leaky_relu"):
+    if _spec(op).defn.y_form == "same":
         return _bwd(g, op, dy, y, p, None)  # same formula: y > 0 exactly where x > 0
     if op == "elu":
         return g.select(g.gt(y, 0.0), dy, g.mul(dy, g.add(y, p["alpha"])))

@@ -166,7 +166,7 @@ def exercise(so: str) -> None:
     import multiact as ma
     from multiact import consistency as C
     from multiact import registry
-    from multiact.ops import OPS
+    from multiact.ops import KEYS
 
     mod = _load(so)
     nb = registry.module("native")
@@ -180,9 +180,9 @@ def exercise(so: str) -> None:
         registry.clear_cache()
         state = nb._load()
         assert state["ok"] and state["lib"] is mod.lib and state["isa"] == isa, state
-        for op, direction, dtype in sorted(state["table"]):
-            spec = OPS[op]
-            for p in C.param_cases(spec):
+        for key, direction, dtype in sorted(state["table"]):
+            spec = KEYS[key]
+            for p in C.key_cases(spec, key):
                 if direction == "backward_y" and not spec.supports_y(spec.validate(p)):
                     continue
                 for n in sizes:

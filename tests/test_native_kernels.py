@@ -56,9 +56,7 @@ def _rows(signatures=("unary", "binary")):
 
 def _params(k) -> list[dict]:
     spec = OPS[k.op]
-    cases = C.param_cases(spec) + list(EXTRA_CASES.get(k.op, ()))
-    if spec.defn.variant:  # the cases that select this row's kernel key (or the selecting value alone)
-        cases = [c for c in cases if spec.kernel_key(spec.validate(c)) == k.key] or [spec.defn.selecting(k.key)]
+    cases = C.key_cases(spec, k.key) + list(EXTRA_CASES.get(k.op, ()))
     if k.direction == "backward_y":
         cases = [c for c in cases if spec.supports_y(spec.validate(c))]
     return [spec.validate(c) for c in cases]

@@ -20,9 +20,8 @@ K = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = K
 spec.loader.exec_module(K)
 
-# One parameter set per op for the harness (defaults, and a value for the required ones).
-PARAMS = {"threshold": {"threshold": 0.3, "value": -2.0}, "celu": {"alpha": 0.7}, "swish": {"beta": 1.3},
-          "softplus": {"beta": 2.0, "threshold": 5.0}}
+# One parameter set per op for the harness: its definition's first suite case (defaults where it has none).
+PARAMS = {op: dict(spec.defn.cases[0]) if spec.defn.cases else {} for op, spec in OPS.items()}
 SIG = {"unary": 0, "binary": 1}
 DIR = {"forward": 0, "backward": 1, "backward_y": 2}
 
