@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from .ops import OPS, REQUIRED
+
 PEERS = ("torch", "onnxruntime", "numpy")
 _find_spec = importlib.util.find_spec  # one place to look (tests pretend a peer is missing here)
 _INSTALL = {"torch": "pip install torch", "onnxruntime": "pip install onnx onnxruntime", "numpy": ""}
@@ -158,11 +160,8 @@ def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-_TORCH_OPS = {
-    "relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "silu", "hardswish", "hardsigmoid", "sigmoid",
-    "tanh", "logsigmoid", "hardtanh", "softplus", "softsign", "mish", "softshrink", "hardshrink", "tanhshrink",
-    "threshold",
-}
+# The ops torch has a function for (its definition's `torch`); prelu's per-axis weight is not torch's.
+_TORCH_OPS = {op for op, spec in OPS.items() if spec.defn.torch is not None and op != "prelu"}
 
 
 def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
@@ -234,10 +233,10 @@ def _ort_nodes(op: str, p: dict[str, Any]) -> tuple[list[tuple[str, list[str], d
     return None
 
 
-_ORT_OPS = {
-    "relu", "relu6", "hardtanh", "leaky_relu", "elu", "selu", "celu", "gelu", "silu", "sigmoid", "tanh", "hardswish",
-    "hardsigmoid", "softplus", "softsign", "mish", "softshrink", "hardshrink",
-}
+# The ops ONNX Runtime runs as its own operators (those _ort_nodes spells, at their default parameters).
+_ORT_OPS = {op for op, spec in OPS.items()
+            if op != "prelu" and all(p.default is not REQUIRED for p in spec.params)
+            and _ort_nodes(op, spec.validate({})) is not None}
 _sessions: dict[tuple, Any] = {}
 
 
