@@ -233,7 +233,7 @@ def test_split_kernels_are_found_in_the_op_bodies():
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_threads_split_exactly(isa):
-    """The OpenMP split gives the same bits as one thread (cut points are whole vectors)."""
+    """The thread pool's split gives the same bits as one thread (cut points are whole vectors)."""
     k = next(k for k in ROWS if k.isa == isa and k.cname == "gelu_tanh" and k.dtype == "float32")
     x = np.random.default_rng(2).standard_normal(100_003).astype(np.float32)
     fn = ffi.cast("void *", ffi.addressof(lib, k.symbol))

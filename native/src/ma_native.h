@@ -27,7 +27,7 @@ size_t ma_chunks_for(size_t n, unsigned cost, int nthreads);
 int ma_isa_supported(const char *isa);
 void ma_set_parallel_min(size_t work);
 size_t ma_get_parallel_min(void);
-/* One elementwise call of n elements; cost: the kernel's time per element relative to a copy
+/* One elementwise call of n elements; cost: the kernel's time per element relative to relu's
  * (native/kernels.py's COST), so that expensive kernels go parallel at smaller sizes. */
 void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, unsigned cost,
                   float a, float b, float c, float d, int nthreads);
