@@ -199,7 +199,7 @@ def host_backends(names: Sequence[str] | None = None) -> tuple[list[str], dict[s
     """(available backends that take NumPy arrays, {name: why not} for the rest asked about)."""
     chosen, skipped = [], {}
     for name in names or registry.BACKEND_NAMES:
-        registry._check_name(name)
+        registry.check_name(name)
         ok, why = registry.availability(name)
         mod = registry.module(name)
         if not ok:

@@ -37,7 +37,7 @@ def call(spec: OpSpec, direction: str, named: dict[str, Any], p: dict, out: Any,
             "(da.store writes it into an existing array)"
         )
     if backend is not None:
-        registry._check_name(backend)  # a typo fails now; availability is each worker's own question
+        registry.check_name(backend)  # a typo fails now; availability is each worker's own question
     arrays = {n: a for n, a in named.items() if a is not None}
     _check(op, arrays)
     like = next(iter(arrays.values()))

@@ -97,7 +97,8 @@ _avail: dict[str, tuple[bool, str]] = {}
 _lock = threading.Lock()
 
 
-def _check_name(name: Any) -> str:
+def check_name(name: Any) -> str:
+    """name, or ValueError listing the valid backend names."""
     if name not in BACKEND_NAMES:
         raise ValueError(f"unknown backend {name!r}; valid backends: {', '.join(BACKEND_NAMES)}")
     return name
@@ -125,7 +126,7 @@ def module(name: str) -> Any:
     """The backend module (imported once), or a stand-in that says why there is none."""
     mod = _modules.get(name)
     if mod is None:
-        _check_name(name)
+        check_name(name)
         modname = f"multiact.backends.{name}_backend"
         _backends_package()
         try:
@@ -179,7 +180,7 @@ def use(name: str, *, only: bool = False) -> Iterator[None]:
 
     With only=True a call it cannot run is an error instead of falling through.
     """
-    _check_name(name)
+    check_name(name)
     token = _scope.set(_scope.get() + ((name, only),))
     try:
         yield
@@ -257,7 +258,7 @@ def select(op: str, direction: str, dtype: str, kind: str, explicit: str | None 
 
 def _select(op, direction, dtype, kind, explicit, prefs, env):
     if explicit is not None:
-        _check_name(explicit)
+        check_name(explicit)
         if not availability(explicit)[0]:
             raise _unavailable(explicit, "backend=")
         why = _runs(module(explicit), op, direction, dtype, kind)

@@ -83,7 +83,7 @@ def choose_backends(names: Sequence[str] | None) -> tuple[list[tuple[str, str]],
     """([(backend, array kind)] to check, {backend: why it is not checked})."""
     chosen, skipped = [], {}
     for name in names or registry.BACKEND_NAMES:
-        registry._check_name(name)
+        registry.check_name(name)
         ok, why = registry.availability(name)
         if not ok:
             skipped[name] = f"not available: {why}"
