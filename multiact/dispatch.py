@@ -327,15 +327,38 @@ def _call_device(spec, direction, kind, named, p, out, backend):
     return res
 
 
-def explain(spec: OpSpec, direction: str, a: Any, backend: str | None = None) -> str:
-    """Which backend runs this call, and why the others did not."""
-    kind = _kind(a)
+def _described(a: Any) -> tuple[str, str, str, str]:
+    """(what the caller passed, in words; the array kind dispatch selects for; the dtype it computes
+    in; a note on how the input reaches the kernel)."""
+    raw = _arrays.kind_of(a)
     dtype = _dtype_name(a) if hasattr(a, "dtype") else np.asarray(a).dtype.name
+    if raw == "torch":
+        note = "a zero-copy NumPy view of the tensor; the result is a tensor"
+        if dtype == "bfloat16":
+            return "torch CPU bfloat16 tensors", "numpy", "float32", "computed on a float32 copy, rounded to bfloat16"
+        return f"torch CPU {dtype} tensors", "numpy", dtype, note
+    if raw == "other":
+        return f"{type(a).__name__} values ({dtype}, as np.asarray gives)", "numpy", dtype, "converted by np.asarray"
+    if raw == "numpy" and isinstance(a, np.ndarray) and not a.dtype.isnative:
+        native = a.dtype.newbyteorder("=").name
+        return f"NumPy {a.dtype.str} arrays", "numpy", native, "computed on a native-order copy"
+    if raw in ("cuda", "npu"):
+        return f"{_arrays.library_of(a)} {dtype} arrays", raw, dtype, "on its device, results in its kind"
+    return f"NumPy {dtype} arrays", raw, dtype, ""
+
+
+def explain(spec: OpSpec, direction: str, a: Any, backend: str | None = None) -> str:
+    """Which backend runs this call, and why the others did not, for any kind of input."""
+    if _arrays.kind_of(a) == "dask":  # each chunk is a call of its own: explain the chunks' kind
+        inner = explain(spec, direction, a._meta, backend)
+        return f"{spec.name} {direction} on a Dask array: dispatched per chunk, lazily; each chunk:\n" + \
+            "\n".join(f"  {line}" for line in inner.splitlines())
+    what, kind, dtype, note = _described(a)
     try:
         mod, notes = registry.select(spec.kernel_key(spec.defaults()), direction, dtype, kind, backend)
     except Exception as e:
-        return f"{spec.name} {direction} on {kind} {dtype} arrays: cannot run: {e}"
-    lines = [f"{spec.name} {direction} on {kind} {dtype} arrays -> {mod.NAME}"]
+        return f"{spec.name} {direction} on {what}: cannot run: {e}"
+    lines = [f"{spec.name} {direction} on {what} -> {mod.NAME}" + (f" ({note})" if note else "")]
     lines += [f"  {n}" for n in notes]
     # fall-through happens only here, at selection; a kernel that fails is never retried elsewhere
     lines.append(f"  an error raised while {mod.NAME} runs reaches the caller; no other backend is tried")
