@@ -8,8 +8,10 @@ interface's v3 `stream` otherwise), and nothing is copied to the host.
 Kernels: one grid-stride loop per (formula, number of inputs, layout, compute
 type), compiled once and cached; the scalar formulas are the ones the `numba`
 backend compiles too (`formulas.py`, plain Python), here compiled with
-`cuda.jit(device=True)` against libdevice's math (`math.exp`...); under the
-simulator they run as plain Python on NumPy scalars.  float16 and float32 data
+`cuda.jit(device=True, inline="always")` against libdevice's math (`math.exp`...)
+and inlined into each kernel, so `builds()` can hand every kernel to numba-cuda's
+driverless compiler (scripts/cuda_ptx_report.py, CI); under the simulator they run
+as plain Python on NumPy scalars.  float16 and float32 data
 are computed in float32 (a few ops in float64, see `formulas.WIDE`) and rounded
 once on store.  Contiguous operands run a
 1-D loop; any other layout (strided, transposed, negative strides, broadcast
@@ -25,6 +27,7 @@ array of the weight's shape and dtype, of x's kind.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import sys
@@ -32,11 +35,12 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from multiact.ops import OPS as _OPS
+from multiact.ops import DIRECTIONS as _DIRECTIONS
+from multiact.ops import KEYS as _KEYS
 
 from . import formulas as _F
 
@@ -78,6 +82,9 @@ def available() -> tuple[bool, str]:
     so listing backends stays cheap.
     """
     if _simulating():
+        from .cuda_sim import accept_fake_arrays
+
+        accept_fake_arrays()  # numba's own simulated arrays (cuda.to_device) are CUDA arrays from here on
         return True, "CUDA simulator (CPU emulation, for tests): NUMBA_ENABLE_CUDASIM=1"
     import importlib.util
 
@@ -147,7 +154,7 @@ def info() -> dict[str, Any]:
 
 
 def supports(op: str, direction: str, dtype: str) -> bool:
-    return dtype in _DTYPES and op in _OPS and _OPS[op].has(direction)
+    return dtype in _DTYPES and op in _KEYS and _KEYS[op].has(direction)  # op: a kernel key
 
 
 # ---- arrays of the caller's kind ---------------------------------------------------------------------------
@@ -182,13 +189,13 @@ def _empty(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
         cp = sys.modules["cupy"]
         with like.device:
             return cp.empty(shape, dtype=dtype)
-    if _simulating():
-        from .cuda_sim import empty
+    from .cuda_sim import empty, is_fake_array
 
+    if _simulating() and not is_fake_array(like):
         return empty(shape, dtype)
     from numba import cuda
 
-    return cuda.device_array(shape, dtype=dtype)
+    return cuda.device_array(shape, dtype=dtype)  # under the simulator: numba's FakeCUDAArray, like the input
 
 
 def empty_like(x: Any) -> Any:
@@ -456,11 +463,16 @@ def _sms() -> int:
 
 @cache
 def _formulas(compute: str):
-    """The shared formulas as device functions: libdevice math on a GPU, NumPy scalars in the simulator."""
+    """The shared formulas as device functions: libdevice math on a GPU, NumPy scalars in the simulator.
+
+    `inline="always"` inlines them into each kernel at numba's IR level, so a kernel compiles as one
+    unit: no device-function dispatcher asks the driver for the current device, and the very same
+    kernel compiles with `cuda.compile_ptx` on a machine without a GPU (scripts/cuda_ptx_report.py).
+    """
     from numba import cuda
 
     t = np.float64 if compute == "float64" else np.float32
-    jit = cuda.jit(device=True)
+    jit = cuda.jit(device=True, inline="always")
     fns = _F.numpy_libm() if _simulating() else _F.math_libm()
     return _F.build(jit, t, _F.libm(jit, t, fns))
 
@@ -500,14 +512,22 @@ def _kernel_source(nin: int, contiguous: bool) -> str:
 
 
 @cache
-def _elementwise(formula: str, compute: str, nin: int, contiguous: bool) -> Any:
-    """The compiled grid-stride kernel of one formula (numba specialises it per array dtype)."""
+def _elementwise_py(formula: str, compute: str, nin: int, contiguous: bool) -> Callable:
+    """The grid-stride kernel of one formula as a Python function: what `cuda.jit` and `compile_ptx` compile."""
     from numba import cuda
 
     g = {"cuda": cuda, "f": getattr(_formulas(compute), formula), "T": np.float64 if compute == "float64" else
          np.float32}
     exec(compile(_kernel_source(nin, contiguous), f"<multiact cuda {formula}>", "exec"), g)
-    return cuda.jit(g["kern"])
+    return g["kern"]
+
+
+@cache
+def _elementwise(formula: str, compute: str, nin: int, contiguous: bool) -> Any:
+    """The compiled grid-stride kernel of one formula (numba specialises it per array dtype)."""
+    from numba import cuda
+
+    return cuda.jit(_elementwise_py(formula, compute, nin, contiguous))
 
 
 @contextlib.contextmanager
@@ -635,14 +655,15 @@ def _prelu_forward(x: Any, out: Any, p: dict) -> None:
     xd, od = _Desc(x), _Desc(out)
     wd = _weight_desc(p["weight"], xd, p.get("axis", 1))[0]
     _check_out("prelu", od, {"x": xd, "weight": wd})
-    _run("prelu", _compute("prelu", "forward", xd.dtype.name), [xd, wd, od], 0.0, 0.0)
+    _run(_F.formula_name("prelu", "forward", p), _compute("prelu", "forward", xd.dtype.name), [xd, wd, od], 0.0, 0.0)
 
 
 def _prelu_backward(dy: Any, x: Any, out: Any, p: dict) -> None:
     dd, xd, od = _Desc(dy), _Desc(x), _Desc(out)
     wd = _weight_desc(p["weight"], xd, p.get("axis", 1))[0]
     _check_out("prelu", od, {"dy": dd, "x": xd, "weight": wd})
-    _run("prelu_grad", _compute("prelu", "backward", xd.dtype.name), [dd, xd, wd, od], 0.0, 0.0)
+    _run(_F.formula_name("prelu", "backward", p), _compute("prelu", "backward", xd.dtype.name), [dd, xd, wd, od],
+         0.0, 0.0)
 
 
 # ---- parameter gradients: device reductions in float64 ----------------------------------------------------------
@@ -694,14 +715,22 @@ def _reduce_source(block: int) -> str:
 
 
 @cache
-def _reducer(which: str) -> Any:
+def _reducer_py(which: str) -> Callable:
+    """The float64 reduction kernel of one op's parameter gradient, as a Python function."""
     from numba import cuda
 
     term = getattr(_formulas("float64"), _F.TABLE[(which, "param_grad")])
     block = _SIM_BLOCK if _simulating() else _BLOCK
     g = {"cuda": cuda, "np": np, "term": term, "ONE_SLOT": which == "swish"}
     exec(compile(_reduce_source(block), f"<multiact cuda {which} reduction>", "exec"), g)
-    return cuda.jit(g["kern"])
+    return g["kern"]
+
+
+@cache
+def _reducer(which: str) -> Any:
+    from numba import cuda
+
+    return cuda.jit(_reducer_py(which))
 
 
 def _fill_source() -> str:
@@ -716,12 +745,20 @@ def _fill_source() -> str:
 
 
 @lru_cache(maxsize=1)
-def _fill_cast() -> tuple[Any, Any]:
+def _fill_cast_py() -> tuple[Callable, Callable]:
     from numba import cuda
 
     g = {"cuda": cuda}
     exec(compile(_fill_source(), "<multiact cuda fill>", "exec"), g)
-    return cuda.jit(g["fill"]), cuda.jit(g["cast"])
+    return g["fill"], g["cast"]
+
+
+@lru_cache(maxsize=1)
+def _fill_cast() -> tuple[Any, Any]:
+    from numba import cuda
+
+    fill, cast = _fill_cast_py()
+    return cuda.jit(fill), cuda.jit(cast)
 
 
 def _reduce(which: str, dy: _Desc, x: _Desc, acc_view: _Desc, acc: Any, a: float, like: Any,
@@ -777,4 +814,88 @@ def _prelu_weight_grad(dy: Any, x: Any, p: dict) -> Any:
     return _reduce("prelu", dd, xd, view, acc, 0.0, x, tuple(wshape), wdtype)
 
 
-__all__ = ["NAME", "PRIORITY", "KINDS", "available", "info", "supports", "kernel", "empty_like"]
+# ---- every kernel the backend can launch, for compiling without a GPU ----------------------------------------------
+
+
+class Build(NamedTuple):
+    """One kernel as `_run` / `_reduce` launch it: the Python function and the numba types of its arguments;
+    `dispatcher()` is the cached `cuda.jit` dispatcher that launches it on a GPU."""
+
+    name: str
+    source: str  # the formula (or helper kernel) it is built from
+    layout: str  # "contiguous" or "strided"
+    dtype: str  # of the arrays
+    compute: str  # what the formula computes in
+    uses: tuple[str, ...]  # the calls that launch it
+    pyfunc: Callable
+    argtypes: tuple
+    dispatcher: Callable[[], Any]
+
+
+_ELEMENTWISE = tuple(d for d in _DIRECTIONS if d != "param_grad")
+
+
+def _elementwise_uses() -> dict[tuple[str, str, int, str], list[str]]:
+    """(formula, compute, inputs, dtype) -> the calls that launch that kernel, as kernel() resolves them."""
+    uses: dict[tuple[str, str, int, str], list[str]] = {}
+    for key, spec in _KEYS.items():
+        weights = sum(p.kind == "array" for p in spec.params)  # prelu's weight: one more broadcast operand
+        for direction, dtype in itertools.product(_ELEMENTWISE, _DTYPES):
+            if supports(key, direction, dtype):
+                nin = (1 if direction == "forward" else 2) + weights
+                k = (_F.formula_name(key, direction), _compute(key, direction, dtype), nin, dtype)
+                uses.setdefault(k, []).append(f"{key} {direction}")
+    return uses
+
+
+def _arg_types(dtype: str, contiguous: bool, nin: int) -> tuple:
+    """The numba types of an elementwise launch in `_run`: flat 1-D arrays, Python ints and tuples, two floats."""
+    from numba import types
+
+    arr, i64, f64 = types.Array(getattr(types, dtype), 1, "C"), types.int64, types.float64
+    if contiguous:
+        return (arr,) * (nin + 1) + (f64, f64)
+    t4 = types.UniTuple(i64, 4)
+    return (arr, i64, t4) * (nin + 1) + (t4, f64, f64)
+
+
+def _reduction_types(dtype: str) -> tuple:
+    """The numba types of a `_reduce` launch: dy, x and the float64 accumulator, each base + offset + strides."""
+    from numba import types
+
+    arr, acc, i64 = types.Array(getattr(types, dtype), 1, "C"), types.Array(types.float64, 1, "C"), types.int64
+    t4 = types.UniTuple(i64, 4)
+    return (arr, i64, t4, arr, i64, t4, acc, i64, t4, t4, types.float64)
+
+
+def builds() -> list[Build]:
+    """Every kernel this backend can launch (each formula x inputs x layout x dtype, the reductions, fill
+    and cast), for `cuda.compile_ptx` on a machine without a GPU (scripts/cuda_ptx_report.py)."""
+    from numba import types
+
+    if _simulating():
+        raise RuntimeError("builds() compiles for a GPU: unset NUMBA_ENABLE_CUDASIM")
+    out = []
+    for (formula, compute, nin, dtype), uses in _elementwise_uses().items():
+        for layout in ("contiguous", "strided"):
+            args = (formula, compute, nin, layout == "contiguous")
+            out.append(Build(f"{formula}.{dtype}.{layout}", formula, layout, dtype, compute, tuple(uses),
+                             _elementwise_py(*args), _arg_types(dtype, layout == "contiguous", nin),
+                             lambda args=args: _elementwise(*args)))
+    for key, spec in _KEYS.items():
+        if spec.has("param_grad"):
+            src = f"{key}_param_grad"
+            for dtype in _DTYPES:
+                out.append(Build(f"{src}.{dtype}.strided", src, "strided", dtype, "float64", (f"{key} param_grad",),
+                                 _reducer_py(key), _reduction_types(dtype), lambda key=key: _reducer(key)))
+    acc = types.Array(types.float64, 1, "C")
+    fill, cast = _fill_cast_py()
+    out.append(Build("fill.float64.contiguous", "fill", "contiguous", "float64", "float64", ("param_grad",), fill,
+                     (acc,), lambda: _fill_cast()[0]))
+    for dtype in _DTYPES:
+        out.append(Build(f"cast.{dtype}.contiguous", "cast", "contiguous", dtype, "float64", ("param_grad",), cast,
+                         (acc, types.Array(getattr(types, dtype), 1, "C")), lambda: _fill_cast()[1]))
+    return out
+
+
+__all__ = ["NAME", "PRIORITY", "KINDS", "available", "info", "supports", "kernel", "empty_like", "builds"]

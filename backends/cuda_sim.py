@@ -1,12 +1,13 @@
-"""A stand-in CUDA array for the CUDA simulator (NUMBA_ENABLE_CUDASIM=1), which runs kernels on the CPU.
+"""CUDA arrays for the CUDA simulator (NUMBA_ENABLE_CUDASIM=1), which runs kernels on the CPU.
 
-numba's simulated device arrays (`FakeCUDAArray`) do not expose
-`__cuda_array_interface__`, so multiact's dispatcher cannot tell them from host
-objects.  `SimDeviceArray` is the smallest array that does: host memory
-presented through the CUDA array interface (in the simulator a "device pointer"
-is a host pointer).  The `cuda` backend allocates results of this kind for
-unknown producers under the simulator, and the tests create inputs with
-`to_device`.  Never used on a real GPU.
+numba's simulated device arrays (`FakeCUDAArray`, what `cuda.to_device` returns
+there) do not expose `__cuda_array_interface__`, so multiact's dispatcher would
+take them for host objects.  `accept_fake_arrays()` gives them the interface
+(in the simulator a "device pointer" is a host pointer), so code tested under
+the simulator with numba's own arrays runs on the `cuda` backend and gets
+FakeCUDAArrays back.  `SimDeviceArray` is the smallest array with the interface:
+the backend allocates results of this kind for other producers under the
+simulator, and the tests create inputs with `to_device`.  Never used on a real GPU.
 """
 
 from __future__ import annotations
@@ -14,6 +15,31 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+
+def interface(a: np.ndarray) -> dict[str, Any]:
+    """The CUDA array interface of host memory standing in for device memory."""
+    return {
+        "shape": a.shape,
+        "typestr": a.dtype.str,
+        "data": (a.__array_interface__["data"][0] if a.size else 0, not a.flags.writeable),
+        "strides": None if a.flags.c_contiguous else a.strides,
+        "version": 3,
+        "stream": None,
+    }
+
+
+def accept_fake_arrays() -> None:
+    """Give numba's simulated device arrays the CUDA array interface of the host memory they wrap."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    if "__cuda_array_interface__" not in vars(FakeCUDAArray):
+        FakeCUDAArray.__cuda_array_interface__ = property(lambda self: interface(self._ary))
+
+
+def is_fake_array(a: Any) -> bool:
+    """Whether a is numba's own simulated device array (checked without importing numba)."""
+    return type(a).__name__ == "FakeCUDAArray" and type(a).__module__.startswith("numba.cuda.simulator")
 
 
 class SimDeviceArray:
@@ -24,15 +50,7 @@ class SimDeviceArray:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        a = self._a
-        return {
-            "shape": a.shape,
-            "typestr": a.dtype.str,
-            "data": (a.__array_interface__["data"][0] if a.size else 0, not a.flags.writeable),
-            "strides": None if a.flags.c_contiguous else a.strides,
-            "version": 3,
-            "stream": None,
-        }
+        return interface(self._a)
 
     shape = property(lambda self: self._a.shape)
     dtype = property(lambda self: self._a.dtype)
@@ -88,4 +106,4 @@ def host_view(cai: dict[str, Any]) -> np.ndarray:
     return np.asarray(_View())
 
 
-__all__ = ["SimDeviceArray", "empty", "host_view", "to_device"]
+__all__ = ["SimDeviceArray", "accept_fake_arrays", "empty", "host_view", "interface", "is_fake_array", "to_device"]

@@ -260,3 +260,51 @@ def test_prelu_weight_errors(kind):
         ma.prelu(x, np.ones(4, np.float32))
     with pytest.raises(TypeError, match="weight has dtype"):
         ma.prelu(x, kind.to(np.ones(3, np.float64)))
+
+
+# ---- numba's own simulated arrays; what the GPU compiles is what CI compiled without one ------------------
+
+
+@pytest.mark.skipif(REAL, reason="numba's FakeCUDAArray exists only under the simulator")
+def test_numba_simulator_arrays_are_cuda_arrays():
+    """Under NUMBA_ENABLE_CUDASIM=1, `cuda.to_device` gives FakeCUDAArrays: taken as CUDA arrays, results in kind."""
+    from numba import cuda
+
+    rng = np.random.default_rng(11)
+    xh = (rng.standard_normal((6, 8)) * 3).astype(np.float32)
+    dyh = rng.standard_normal(xh.shape).astype(np.float32)
+    x, dy = cuda.to_device(xh), cuda.to_device(dyh)
+    assert "-> cuda" in ma.explain("gelu", x)
+    for got, want in [
+        (ma.gelu(x), ma.gelu(xh, backend="numpy")),
+        (ma.gelu_grad(dy, x, approximate="tanh"), ma.gelu_grad(dyh, xh, approximate="tanh", backend="numpy")),
+        (ma.elu(x[:, ::3]), ma.elu(xh[:, ::3], backend="numpy")),
+        (ma.prelu(x, cuda.to_device(np.full(8, 0.25, np.float32)), axis=1),
+         ma.prelu(xh, np.full(8, 0.25, np.float32), axis=1, backend="numpy")),
+        (ma.swish_beta_grad(dy, x, 1.3), ma.swish_beta_grad(dyh, xh, 1.3, backend="numpy")),
+    ]:
+        assert type(got) is type(x)
+        np.testing.assert_allclose(got.copy_to_host(), want, rtol=1e-5, atol=1e-6)
+    res = ma.relu(x, out=x)
+    assert res is x
+    np.testing.assert_array_equal(x.copy_to_host(), np.maximum(xh, 0))
+
+
+@pytest.mark.skipif(not REAL, reason="needs a GPU: the simulator compiles nothing")
+def test_launched_kernels_are_the_ones_compiled_without_a_gpu(kind):
+    """Every signature the GPU compiled is one that `builds()` (scripts/cuda_ptx_report.py, CI) compiles too."""
+    from multiact.backends import cuda_backend as cb
+
+    rng = np.random.default_rng(13)
+    for dtype in FLOAT_DTYPES:
+        x = kind.to((rng.standard_normal((4, 6)) * 2).astype(dtype))
+        dy = kind.to(rng.standard_normal((4, 6)).astype(dtype))
+        w = kind.to(np.full(6, 0.25, dtype=dtype))
+        ma.relu(x), ma.relu(x[:, ::2]), ma.gelu_grad(dy, x), ma.sigmoid_grad(dy, y=x)
+        ma.prelu(x, w, axis=1), ma.prelu_weight_grad(dy, x, w, axis=1), ma.swish_beta_grad(dy, x, 1.1)
+    builds = cb.builds()
+    compiled = {(id(b.pyfunc), tuple(b.argtypes)) for b in builds}
+    dispatchers = {id(d): d for d in (b.dispatcher() for b in builds)}.values()
+    launched = {(id(d.py_func), tuple(sig)) for d in dispatchers for sig in d.overloads}
+    assert launched, "no kernel was compiled"
+    assert launched <= compiled, sorted(str(s) for _, s in launched - compiled)

@@ -81,7 +81,8 @@ def test_float32_formulas_under_libdevice_error_bounds(seed):
 
 @pytest.mark.parametrize("compute", ["float32", "float64"])
 def test_cuda_compiles_the_shared_formula_table(compute):
-    """One source of truth: the cuda backend's device functions are the formulas the numba backend compiles."""
+    """One source of truth: the cuda backend's device functions are the formulas the numba backend compiles,
+    inlined into each kernel at numba's IR level (so a kernel compiles without a driver, scripts/cuda_ptx_report.py)."""
     from multiact.backends import cuda_backend
 
     ns = cuda_backend._formulas(compute)
