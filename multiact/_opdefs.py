@@ -77,13 +77,16 @@ class Param:
             return int(value)
         if self.kind == "array":
             return value  # checked against the input's shape at dispatch
-        if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        boolean = isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"  # np.bool_
+        if boolean or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
             raise TypeError(f"{where} must be a real number, got {type(value).__name__}")
         if type(value) is not float and hasattr(value, "detach"):  # a tensor that requires grad warns on float()
             value = value.detach()
         try:
             return float(value)
-        except (TypeError, ValueError, OverflowError):
+        except OverflowError:  # an int beyond float64
+            raise ValueError(f"{where} must be finite, got an integer of {value.bit_length()} bits") from None
+        except (TypeError, ValueError):
             raise TypeError(f"{where} must be a real number (one value), got {value!r}") from None
 
     def check(self, fn: str, v: Any) -> Any:
