@@ -18,7 +18,7 @@ import numpy as np
 
 from multiact import get_num_threads
 from multiact._layout import flat_views
-from multiact.ops import KEYS, OPS, value_key
+from multiact.optable import KEYS, OPS, value_key
 
 DTYPES = ("float16", "float32")
 _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the cache without bound

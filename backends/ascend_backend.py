@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from multiact.ops import KEYS, OPS
+from multiact.optable import KEYS, OPS
 
 from ._ort_sessions import Runner
 from ._ort_sessions import supports as _ort_supports

@@ -39,8 +39,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from multiact.ops import DIRECTIONS as _DIRECTIONS
-from multiact.ops import KEYS as _KEYS
+from multiact.optable import DIRECTIONS as _DIRECTIONS
+from multiact.optable import KEYS as _KEYS
 
 from . import formulas as _F
 
@@ -153,8 +153,8 @@ def info() -> dict[str, Any]:
     }
 
 
-def supports(op: str, direction: str, dtype: str) -> bool:
-    return dtype in _DTYPES and op in _KEYS and _KEYS[op].has(direction)  # op: a kernel key
+def supports(key: str, direction: str, dtype: str) -> bool:
+    return dtype in _DTYPES and key in _KEYS and _KEYS[key].has(direction)
 
 
 # ---- arrays of the caller's kind ---------------------------------------------------------------------------
@@ -574,14 +574,14 @@ def _compute(op: str, direction: str, dtype: str) -> str:
     return "float64" if dtype == "float64" or (op, direction) in _F.WIDE else "float32"
 
 
-def kernel(op: str, direction: str, dtype: str) -> Callable:
-    """The kernel for (op, direction, dtype), following the registry's calling conventions."""
-    if not supports(op, direction, dtype):
-        raise ValueError(f"cuda backend has no kernel for {op} {direction} {dtype}")
+def kernel(key: str, direction: str, dtype: str) -> Callable:
+    """The kernel for (kernel key, direction, dtype), following the registry's calling conventions."""
+    if not supports(key, direction, dtype):
+        raise ValueError(f"cuda backend has no kernel for {key} {direction} {dtype}")
     if direction == "param_grad":
-        return _swish_beta_grad if op == "swish" else _prelu_weight_grad
-    compute = _compute(op, direction, dtype)
-    if op == "prelu":
+        return _swish_beta_grad if key == "swish" else _prelu_weight_grad
+    compute = _compute(key, direction, dtype)
+    if key == "prelu":
         return _prelu_forward if direction == "forward" else _prelu_backward
     names = ("x",) if direction == "forward" else ("dy", "y" if direction == "backward_y" else "x")
 
@@ -589,11 +589,11 @@ def kernel(op: str, direction: str, dtype: str) -> Callable:
         *arrays, out, p = args
         descs = [_Desc(a) for a in arrays]
         od = _Desc(out)
-        _check_out(op, od, dict(zip(names, descs, strict=True)))
-        a, b = _F.scalar_params(op, p, dtype)
-        _run(_F.formula_name(op, direction, p), compute, descs + [od], a, b)
+        _check_out(key, od, dict(zip(names, descs, strict=True)))
+        a, b = _F.scalar_params(key, p, dtype)
+        _run(_F.formula_name(key, direction, p), compute, descs + [od], a, b)
 
-    run.__name__ = f"cuda_{op}_{direction}_{dtype}"
+    run.__name__ = f"cuda_{key}_{direction}_{dtype}"
     return run
 
 

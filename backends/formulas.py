@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 import multiact.reference as _ref
-from multiact.ops import KEYS, OPS
+from multiact.optable import KEYS, OPS
 
 # CUDA computes these (op, direction) in float64 for float16/float32 data and rounds once: with
 # libdevice's float32 error bounds (expf/tanhf 2 ulp) their float32 versions come too close to the

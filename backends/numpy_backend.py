@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from multiact._layout import flat_views
-from multiact.ops import KEYS
+from multiact.optable import KEYS
 
 NAME = "numpy"
 PRIORITY = 10

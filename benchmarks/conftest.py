@@ -23,14 +23,14 @@ import pytest
 
 
 def pytest_report_header(config):
-    from multiact import bench
+    from multiact.tools import bench
 
     return bench.header()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config, machine_info):
-    from multiact import sysinfo
+    from multiact.tools import sysinfo
 
     machine_info["multiact_cpu"] = sysinfo.cpu()
 

@@ -183,7 +183,7 @@ def table(n: int, grad: bool, rounds: int = 7) -> None:
     x = (np.random.default_rng(0).standard_normal(n) * 3).astype(np.float32)
     out = np.empty_like(x)
     impls = ["native", "torch", "copy"] + ([] if grad else ["onnxruntime"])
-    from multiact import bench
+    from multiact.tools import bench
 
     print(bench.header())  # the CPU these figures are measured on
     print(f"n={n} threads={ma.get_num_threads()} {'backward' if grad else 'forward'}: ns/element (median, min)")

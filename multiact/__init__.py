@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import ops as _ops
+from . import optable as _ops
 from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS
 from .api import backward, forward, param_grad
 from .errors import BackendError, YFormError
 from .onnx_export import to_onnx
-from .ops import OpSpec
+from .optable import OpSpec
 from .registry import BackendInfo, backends, use
 
 __version__ = "0.1.0"

@@ -1,6 +1,6 @@
 """The op definitions: every fact about every op that is not a formula, in one place.
 
-Read by everything that needs to know what the ops are: `multiact.ops` (which adds the float64
+Read by everything that needs to know what the ops are: `multiact.optable` (which adds the float64
 references and accuracy bounds), the public functions, the cffi build (`native/kernels.py`, which
 must not import NumPy or multiact, so this module imports only the standard library), the
 backends' formula tables, the torch functions and modules, the ONNX export and the consistency

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import dispatch, registry
 from .errors import YFormError
-from .ops import OPS, REQUIRED, OpSpec, get, in_float32, value_key
+from .optable import OPS, REQUIRED, OpSpec, get, in_float32, value_key
 
 
 def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, **params: Any) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .ops import OPS, REQUIRED, OpSpec, in_float32
+from .optable import OPS, REQUIRED, OpSpec, in_float32
 
 
 def param_cases(spec: OpSpec) -> list[dict[str, Any]]:

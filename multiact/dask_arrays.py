@@ -23,7 +23,7 @@ import dask.array as da
 import numpy as np
 
 from . import _arrays, dispatch, registry
-from .ops import OPS, OpSpec
+from .optable import OPS, OpSpec
 
 _FLOATS = ("float16", "float32", "float64")
 

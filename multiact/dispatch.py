@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, registry
-from .ops import OpSpec, value_key
+from .optable import OpSpec, value_key
 
 _HOST_KINDS = ("numpy", "torch", "other")
 

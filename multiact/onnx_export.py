@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from . import reference as R
-from .ops import OpSpec, value_key
-from .ops import get as _spec
+from .optable import OpSpec, value_key
+from .optable import get as _spec
 
 OPSET = 20  # Gelu with `approximate` exists from opset 20
 IR_VERSION = 10

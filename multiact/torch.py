@@ -23,7 +23,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from . import dispatch
-from .ops import OPS, REQUIRED, OpSpec
+from .optable import OPS, REQUIRED, OpSpec
 
 __all__: list[str] = []
 

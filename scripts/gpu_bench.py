@@ -101,7 +101,7 @@ def main() -> int:
     import torch
 
     import multiact as ma
-    from multiact.ops import OPS
+    from multiact.optable import OPS
 
     dev = torch.device("cuda")
     cuda_info = {b.name: b for b in ma.backends()}["cuda"]

@@ -166,7 +166,7 @@ def exercise(so: str) -> None:
     import multiact as ma
     from multiact import consistency as C
     from multiact import registry
-    from multiact.ops import KEYS
+    from multiact.optable import KEYS
 
     mod = _load(so)
     nb = registry.module("native")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import multiact as ma
-from multiact.ops import OPS, REQUIRED
+from multiact.optable import OPS, REQUIRED
 
 
 @pytest.mark.parametrize("op", list(OPS))

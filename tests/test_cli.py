@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import multiact as ma
-from multiact import bench, peers, registry, selfcheck
-from multiact.cli import main
+from multiact import registry
+from multiact.tools import bench, peers, selfcheck
+from multiact.tools.cli import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -293,7 +294,7 @@ def test_without_optional_extras(capsys, monkeypatch):
     """No tqdm: a plain progress line; no matplotlib: --plot refused before timing anything."""
     import importlib.util as iu
 
-    from multiact import _report
+    from multiact.tools import _report
 
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ImportError
     seen = list(_report.progress(range(3), 3, "work", stream=sys.stdout))

@@ -11,7 +11,7 @@ import pytest
 from conftest import host_backends
 
 import multiact as ma
-from multiact.ops import OPS
+from multiact.optable import OPS
 
 BACKENDS = [b.values[0] for b in host_backends() if not b.marks]
 OPS_MIX = [op for op in OPS if op not in ("prelu", "threshold")]

@@ -8,7 +8,7 @@ from conftest import host_backends, require
 
 import multiact as ma
 from multiact import consistency as C
-from multiact.ops import FLOAT_DTYPES, OPS
+from multiact.optable import FLOAT_DTYPES, OPS
 
 BACKENDS = host_backends()
 CASES = [

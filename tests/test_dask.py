@@ -14,7 +14,7 @@ da = pytest.importorskip("dask.array")
 import multiact as ma  # noqa: E402
 from multiact import consistency as C  # noqa: E402
 from multiact.errors import BackendError  # noqa: E402
-from multiact.ops import FLOAT_DTYPES, OPS  # noqa: E402
+from multiact.optable import FLOAT_DTYPES, OPS  # noqa: E402
 
 CASES = [pytest.param(op, params, id=f"{op}[{C.case_id(params)}]") for op in OPS for params in C.param_cases(OPS[op])]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from multiact import docs
+from multiact.tools import docs
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 CI = README.parent / ".ci" / "run"
@@ -13,7 +13,7 @@ CI = README.parent / ".ci" / "run"
 
 def test_readme_op_table_is_generated_from_the_op_table():
     text = README.read_text()
-    assert docs.render(text) == text, "README op table is stale: run `python -m multiact.docs`"
+    assert docs.render(text) == text, "README op table is stale: run `python -m multiact.tools.docs`"
 
 
 def test_readme_example_runs():

@@ -10,7 +10,7 @@ import pytest
 import multiact as ma
 from multiact import api, consistency, registry
 from multiact._opdefs import OpDef, Param
-from multiact.ops import KEYS, OPS, Tolerance
+from multiact.optable import KEYS, OPS, Tolerance
 
 
 def _isru(x, alpha):

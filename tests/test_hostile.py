@@ -8,7 +8,7 @@ from conftest import host_backends, require
 
 import multiact as ma
 from multiact import consistency as C
-from multiact.ops import OPS
+from multiact.optable import OPS
 
 BACKENDS = host_backends()
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from multiact import consistency as C
-from multiact.ops import OPS
+from multiact.optable import OPS
 
 ROOT = Path(__file__).resolve().parents[1]
 native = pytest.importorskip("multiact._native", reason="the native extension is not built")

@@ -8,19 +8,19 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from multiact.ops import KEYS, OPS
+from multiact.optable import KEYS, OPS
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = set(OPS) | set(KEYS)
 
 ALLOWED = {
     ("multiact/_opdefs.py", "DEFS"): "the definitions themselves",
-    ("multiact/ops.py", "_NUMERICS"): "the op table's numerics: each op's float64 references, kinks, bound",
-    ("multiact/peers.py", "_torch_table"): "the torch peer's kernels (aten functions) per op",
-    ("multiact/peers.py", "_ort_nodes"): "the ONNX Runtime peer's nodes per op",
-    ("multiact/peers.py", "_NUMPY_FWD"): "the NumPy peer's formulas",
-    ("multiact/peers.py", "_NUMPY_BWD"): "the NumPy peer's formulas",
-    ("multiact/peers.py", "_NUMPY_NO_OUT"): "which of the NumPy peer's formulas end in np.where",
+    ("multiact/optable.py", "_NUMERICS"): "the op table's numerics: each op's float64 references, kinks, bound",
+    ("multiact/tools/peers.py", "_torch_table"): "the torch peer's kernels (aten functions) per op",
+    ("multiact/tools/peers.py", "_ort_nodes"): "the ONNX Runtime peer's nodes per op",
+    ("multiact/tools/peers.py", "_NUMPY_FWD"): "the NumPy peer's formulas",
+    ("multiact/tools/peers.py", "_NUMPY_BWD"): "the NumPy peer's formulas",
+    ("multiact/tools/peers.py", "_NUMPY_NO_OUT"): "which of the NumPy peer's formulas end in np.where",
     ("multiact/onnx_export.py", "_NATIVE_F32"): "ORT operators measured to meet the tolerance (float32)",
     ("multiact/onnx_export.py", "_F32_EXACT"): "graphs exact in float32 (comparisons, one rounding)",
     ("multiact/onnx_export.py", "_DEVIATIONS"): "why a graph is not ORT's own operator, per op",
@@ -28,8 +28,8 @@ ALLOWED = {
     ("multiact/onnx_export.py", "_bwd"): "the ONNX graphs (the onnxruntime backend's kernels)",
     ("backends/ascend_backend.py", "_torch_forward"): "torch composites for the ops torch has no function for",
     ("backends/formulas.py", "WIDE"): "the CUDA kernels computed in float64 (a numerics choice per kernel)",
-    ("multiact/bench.py", "DEFAULT_OPS"): "the few ops a bare `multiact bench` times",
-    ("multiact/cli.py", "DEMO_OPS"): "the few ops `multiact demo` shows",
+    ("multiact/tools/bench.py", "DEFAULT_OPS"): "the few ops a bare `multiact bench` times",
+    ("multiact/tools/cli.py", "DEMO_OPS"): "the few ops `multiact demo` shows",
 }
 
 
@@ -59,7 +59,7 @@ def _owner(stmt: ast.stmt) -> str:
 
 
 def _hand_lists() -> list[str]:
-    files = [*ROOT.glob("multiact/*.py"), *ROOT.glob("backends/*.py"), *ROOT.glob("native/*.py"),
+    files = [*ROOT.glob("multiact/**/*.py"), *ROOT.glob("backends/*.py"), *ROOT.glob("native/*.py"),
              *ROOT.glob("native/tests/*.py")]
     found = []
     for path in sorted(files):

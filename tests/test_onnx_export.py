@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from multiact.ops import OPS, OpSpec, Tolerance
+from multiact.optable import OPS, OpSpec, Tolerance
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

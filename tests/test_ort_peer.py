@@ -13,7 +13,7 @@ from conftest import host_backends, require
 
 import multiact as ma
 from multiact import consistency as C
-from multiact.ops import OPS
+from multiact.optable import OPS
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")

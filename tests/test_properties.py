@@ -18,7 +18,7 @@ from hypothesis.extra import numpy as hnp
 
 import multiact as ma
 from multiact import consistency as C
-from multiact.ops import OPS, REQUIRED
+from multiact.optable import OPS, REQUIRED
 
 BACKENDS = [p.values[0] for p in host_backends() if not p.marks]
 ELEMENTWISE = [op for op in OPS if op != "prelu"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from multiact import bench, sysinfo
-from multiact.cli import main
+from multiact.tools import bench, sysinfo
+from multiact.tools.cli import main
 
 SAMPLES = Path(__file__).resolve().parent / "cpuinfo"
 

@@ -11,7 +11,7 @@ F = torch.nn.functional
 import multiact as ma  # noqa: E402
 import multiact.torch as mt  # noqa: E402
 from multiact import consistency as C  # noqa: E402
-from multiact.ops import FLOAT_DTYPES, OPS  # noqa: E402
+from multiact.optable import FLOAT_DTYPES, OPS  # noqa: E402
 
 CASES = [pytest.param(op, params, id=f"{op}[{C.case_id(params)}]") for op in OPS for params in C.param_cases(OPS[op])]
 TORCH_DTYPES = {"float16": torch.float16, "float32": torch.float32, "float64": torch.float64}

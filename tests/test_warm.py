@@ -17,7 +17,7 @@ from conftest import host_backends, require
 
 import multiact as ma
 from multiact import dispatch
-from multiact.ops import OPS
+from multiact.optable import OPS
 
 # None is the default dispatch (no backend=).
 BACKENDS = [pytest.param(None, id="default"), *host_backends()]

@@ -1,5 +1,5 @@
 """Write native/_build/harness_<isa>.h (or OUT): the kernels of one ISA paired with their scalar twins and
-the tolerance of their op (from multiact.ops), for native/tests/harness.c.
+the tolerance of their op (from multiact.optable), for native/tests/harness.c.
 
 usage: python native/tests/gen_harness_table.py ISA ARCH [OUT]   (e.g. neon aarch64)
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from multiact.ops import OPS  # noqa: E402
+from multiact.optable import OPS  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("_kernels", ROOT / "native" / "kernels.py")
 K = importlib.util.module_from_spec(spec)

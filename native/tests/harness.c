@@ -3,7 +3,7 @@
  * Built by scripts/test_native_harness.sh (x86: avx2) and scripts/test_neon_qemu.sh (neon, under
  * qemu-aarch64 -cpu max and -cpu cortex-a53).  Exit status 0 only if everything agrees.
  *
- * Tolerance per kernel (generated from multiact.ops): |isa - scalar| <= ulp * spacing(scalar)
+ * Tolerance per kernel (generated from multiact.optable): |isa - scalar| <= ulp * spacing(scalar)
  * + atol * eps * scale (scale |x| forward, |dy| backward, |dy y| backward_y), with ulp and atol
  * twice the op's bound (each path is within one bound of the reference), results below the
  * smallest normal allowed an error of that size; NaN must match NaN and inf must match inf.

@@ -16,7 +16,7 @@ import pytest
 import multiact as ma
 from multiact import consistency as C
 from multiact import registry
-from multiact.ops import FLOAT_DTYPES, OPS
+from multiact.optable import FLOAT_DTYPES, OPS
 
 REAL = os.environ.get("MULTIACT_CUDA_REAL") == "1"
 OK, WHY = registry.availability("cuda")

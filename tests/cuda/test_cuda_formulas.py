@@ -16,7 +16,7 @@ import pytest
 from multiact.backends import formulas as F
 
 from multiact import consistency as C
-from multiact.ops import OPS
+from multiact.optable import OPS
 
 BOUNDS = {"exp": 2, "expm1": 1, "log1p": 1, "tanh": 2, "erf": 2, "erfc": 4}
 

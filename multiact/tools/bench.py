@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from .. import registry
+from ..consistency import param_cases
+from ..optable import OPS, REQUIRED, get
 from . import peers as P
-from . import registry
-from .consistency import param_cases
-from .ops import OPS, REQUIRED, get
 
 # The ops a bare `multiact bench` compares: the common ones, which every peer has.
 DEFAULT_OPS = ("relu", "leaky_relu", "gelu", "gelu:approximate=tanh", "silu", "sigmoid", "tanh", "elu", "softplus",

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from .ops import OPS, REQUIRED
+from ..optable import OPS, REQUIRED
 
 PEERS = ("torch", "onnxruntime", "numpy")
 _find_spec = importlib.util.find_spec  # one place to look (tests pretend a peer is missing here)

@@ -341,10 +341,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     import multiact as ma
 
-    from . import consistency as C
-    from . import registry
+    from .. import consistency as C
+    from .. import registry
+    from ..optable import OPS
     from .bench import parse_size
-    from .ops import OPS
 
     n = parse_size(args.size)
     rng = np.random.default_rng(0)

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from . import consistency as C
-from . import registry
-from .ops import FLOAT_DTYPES, OPS, Tolerance
+from .. import consistency as C
+from .. import registry
+from ..optable import FLOAT_DTYPES, OPS, Tolerance
 
 CHECK_DIRECTIONS = ("forward", "backward", "backward_y")
 
