@@ -24,6 +24,8 @@ def test_readme_example_runs():
 
 def test_ci_runs_the_readme_test_command():
     """CI runs what the README tells a user to run (its pytest line, options included)."""
-    readme = re.search(r'pip install -e "\.\[test\]" && (python -m pytest[^#\n]*?)\s*#', README.read_text()).group(1)
+    m = re.search(r'pip install -e "(\.\[[\w,]+\])" && (python -m pytest[^#\n]*?)\s*#', README.read_text())
+    extras, readme = m.groups()
     ci = [line.strip() for line in CI.read_text().splitlines() if line.startswith("python -m pytest")]
     assert ci == [readme]
+    assert f'pip install -q -e "{extras}"' in CI.read_text()  # and installs the same extras
