@@ -133,6 +133,13 @@ class _TorchDtypes:
 _TORCH_OK = _TorchDtypes()
 
 
+def mark_written(a: Any) -> None:
+    """Tell autograd that a tensor was written in place (its version counter), as torch's own in-place
+    ops do: a tensor saved for a backward and then overwritten makes that backward raise, not lie."""
+    if _is_torch(a):
+        sys.modules["torch"].autograd.graph.increment_version(a)
+
+
 def wrap_like(result: np.ndarray, like: Any) -> Any:
     """Return the host result in the caller's kind: a tensor (of its dtype) for a tensor, the caller's
     ndarray subclass as NumPy's ufuncs would return it (np.matrix stays a matrix), else NumPy."""

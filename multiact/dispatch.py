@@ -274,6 +274,7 @@ def call(
     if spec.name != "prelu" and _plain(named, out) and all(arrs[n] is a for n, a in named.items()):
         _remember(spec, direction, like.dtype, backend, hit)
     if out is not None:
+        _arrays.mark_written(out)
         return out
     return _arrays.wrap_like(res, named.get("x", named.get("y")))
 
@@ -324,6 +325,8 @@ def _call_device(spec, direction, kind, named, p, out, backend):
         return _run(mod, kernel, spec, direction, dtype, ins, p)
     res = mod.empty_like(like) if out is None else out
     _run(mod, kernel, spec, direction, dtype, ins + (res,), p)
+    if out is not None:
+        _arrays.mark_written(out)
     return res
 
 

@@ -343,3 +343,28 @@ def test_backend_passes_through():
     mt.gelu(x, backend="numpy").sum().backward()
     with pytest.raises(ValueError, match="unknown backend"):
         mt.gelu(x, backend="nope")
+
+
+def test_writing_into_a_tensor_bumps_its_version_so_autograd_raises():
+    """`ma.relu(w, out=w)` on a tensor saved for a backward: torch's own error, not a silent wrong grad."""
+    a = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    w = torch.tensor([-1.0, 2.0, -3.0, 4.0])
+    z = (a * w).sum()
+    before = w._version
+    with torch.no_grad():
+        ma.relu(w, out=w)
+    assert w._version > before
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        z.backward()
+    # a saved sigmoid output overwritten under no_grad
+    x = torch.linspace(-2, 2, 8, requires_grad=True)
+    y = torch.sigmoid(x)
+    with torch.no_grad():
+        ma.tanh(y.detach(), out=y)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    # a grad written into a tensor: the same
+    dy = torch.ones(4)
+    before = dy._version
+    ma.relu_grad(dy, torch.tensor([1.0, -1.0, 2.0, -2.0]), out=dy)
+    assert dy._version > before
