@@ -154,10 +154,9 @@ def validated(spec: OpSpec, params: dict[str, Any], fn: str) -> dict[str, Any]:
     return hit
 
 
-# Per-op caches of the generated functions' hot path:
-# (direction, dtype, *parameter keys, backend, use() scope) -> _Fast (emptied by registry.clear_cache,
-# which also re-reads MULTIACT_BACKEND).  Only what
-# depends on the op, direction, dtype and parameter values is kept; every check of the call's
+# Per-op caches of the generated functions' hot path: (direction, dtype, *parameter keys, backend,
+# use() scope) -> _Fast, emptied by registry.clear_cache (which also re-reads MULTIACT_BACKEND).  Only
+# what depends on the op, direction, dtype and parameter values is kept; every check of the call's
 # arrays is made again on each call (check_out, and the generated function's dtype/shape tests).
 _fast_caches: dict[str, dict[tuple, Any]] = {}
 
