@@ -1,10 +1,7 @@
-"""The op table: one declarative spec per activation, the single source of truth.
-
-The public functions, their signatures and docstrings, the tests, the docs and
-every backend's coverage are derived from `OPS`.  Parameters carry PyTorch's
-names and defaults and their valid ranges; each op carries its float64
-reference (in `multiact.reference`), whether its backward may start from the
-output, its ONNX mapping and its accuracy bound.
+"""The op table: each op's definition (`multiact._opdefs`, where every fact that is not a formula
+lives) joined with its numerics: float64 references (in `multiact.reference`), kinks and accuracy
+bound.  The public functions, the tests and every backend's coverage are derived from `OPS` (by op
+name) and `KEYS` (by kernel key: a variant such as gelu_tanh is a key of its op).
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from . import reference as R
 from ._opdefs import DEFINITIONS, DIRECTIONS, F32_MAX, F32_TINY, REQUIRED, OpDef, Param
 
 __all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef", "OpSpec",
-           "Param", "Tolerance", "by_key", "get", "in_float32", "register", "value_key"]
+           "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
 
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -256,11 +253,6 @@ _NUMERICS: dict[str, dict[str, Any]] = {
 OPS: dict[str, OpSpec] = {name: OpSpec(d, **_NUMERICS[name]) for name, d in DEFINITIONS.items()}
 # kernel key -> the op it belongs to ("gelu_tanh" -> gelu's spec)
 KEYS: dict[str, OpSpec] = {k: s for s in OPS.values() for k in s.keys}
-
-
-def by_key(key: str) -> OpSpec:
-    """The spec of the op a kernel key belongs to (an op's name is its key when it has no variants)."""
-    return KEYS[key]
 
 
 def register(spec: OpSpec) -> OpSpec:
