@@ -289,12 +289,13 @@ def _call_masked(spec: OpSpec, direction: str, named: dict, p: dict, out: Any, b
     ma = sys.modules["numpy.ma"]
     data = {n: ma.getdata(a) for n, a in named.items()}
     if direction == "param_grad":
-        mask = _union_mask(ma, named, _host(spec.label(direction), data))
+        _host(spec.label(direction), data)  # one dtype and shape before the masks are combined
+        mask = _union_mask(ma, named)
         if mask is not ma.nomask:
             data = {n: np.where(mask, 0, a) for n, a in data.items()}
         return call(spec, direction, data, p, None, backend)
     res = call(spec, direction, data, p, None if out is None else ma.getdata(out), backend)
-    mask = _union_mask(ma, named, data)
+    mask = _union_mask(ma, named)
     if out is None:
         return ma.MaskedArray(res, mask=mask)
     if isinstance(out, ma.MaskedArray):
@@ -302,7 +303,7 @@ def _call_masked(spec: OpSpec, direction: str, named: dict, p: dict, out: Any, b
     return out
 
 
-def _union_mask(ma: Any, named: dict, data: dict) -> Any:
+def _union_mask(ma: Any, named: dict) -> Any:
     """The union of the inputs' masks (after the call checked that their shapes agree)."""
     mask = ma.nomask
     for a in named.values():
