@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from multiact._layout import flat_views
-from multiact.optable import KEYS
+from multiact.optable import FAMILY_KEYS, KEYS
 
 NAME = "numpy"
 PRIORITY = 10
@@ -31,7 +31,11 @@ def info() -> dict:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
-    return dtype in ("float16", "float32", "float64") and key in KEYS and KEYS[key].has(direction)
+    if dtype not in ("float16", "float32", "float64"):
+        return False
+    if key in FAMILY_KEYS:
+        return direction in ("forward", "backward")
+    return key in KEYS and KEYS[key].has(direction)
 
 
 def _blocks(arrays: tuple[np.ndarray, ...], out: np.ndarray):
@@ -95,9 +99,64 @@ def _param_grad(op: str, fn: Callable) -> Callable:
     return run
 
 
+def _gated(key: str, direction: str) -> Callable:
+    """gated:<act>: the activation's reference formula on the gate block times the up block (float32 for
+    float16); the backward computes both results of a block before writing either (in place is safe)."""
+    _, act, _ = FAMILY_KEYS[key]
+    names = act.param_names
+
+    def clipped(gate, up, p):
+        limit = p["limit"]
+        if limit == np.inf:
+            return gate, up
+        g = np.where(gate > limit, gate.dtype.type(limit), gate)
+        u = np.where(up > limit, up.dtype.type(limit), np.where(up < -limit, up.dtype.type(-limit), up))
+        return g, u + up.dtype.type(p["shift"])
+
+    if direction == "forward":
+        def forward(gate, up, out, p):
+            q = {k: p[k] for k in names}
+            for gb, ub, ob in _blocks((gate, up), out):
+                g, u = clipped(gb, ub, p)
+                ob[...] = act.forward(g, **q) * u
+        return forward
+
+    def backward(dy, gate, up, dgate, dup, p):
+        q = {k: p[k] for k in names}
+        limit = p["limit"]
+        for db, gb, ub, dgb, dub in _blocks2((dy, gate, up), (dgate, dup)):
+            g, u = clipped(gb, ub, p)
+            rg = act.backward(db * u, g, **q)
+            ru = db * act.forward(g, **q)
+            if limit != np.inf:
+                rg = np.where(gb > limit, rg.dtype.type(0), rg)
+                ru = np.where(np.abs(ub) > limit, ru.dtype.type(0), ru)
+            dgb[...] = rg
+            dub[...] = ru
+    return backward
+
+
+def _blocks2(arrays: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...]):
+    """Blocks of several inputs and several outputs, in the compute dtype (float32 for float16)."""
+    compute = np.float32 if outs[0].dtype == np.float16 else outs[0].dtype
+    it = np.nditer(
+        arrays + outs,
+        flags=["external_loop", "buffered", "zerosize_ok", "refs_ok"],
+        op_flags=[["readonly"]] * len(arrays) + [["writeonly"]] * len(outs),
+        op_dtypes=[compute] * (len(arrays) + len(outs)),
+        casting="same_kind",
+        buffersize=_BLOCK,
+    )
+    with it:
+        yield from it
+
+
 def kernel(key: str, direction: str, dtype: str) -> Callable:
     """Any op of the table (a registered one too) from its float64 reference; a variant's key runs
-    its op's reference, which reads the variant from the parameters."""
+    its op's reference, which reads the variant from the parameters; a composite key (gated:silu)
+    composes its activation's reference."""
+    if key in FAMILY_KEYS:
+        return _gated(key, direction)
     spec = KEYS[key]
     if direction == "forward":
         return _elementwise(spec.name, spec.forward, 1)

@@ -17,6 +17,7 @@ from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS
 from .api import backward, forward, param_grad
 from .errors import BackendError, YFormError
+from .gated import FUNCTIONS as _GATED
 from .onnx_export import to_onnx
 from .optable import OpSpec
 from .registry import BackendInfo, backends, use
@@ -24,6 +25,7 @@ from .registry import BackendInfo, backends, use
 __version__ = "0.1.0"
 
 globals().update(_FUNCTIONS)
+globals().update(_GATED)
 
 
 def ops() -> dict[str, OpSpec]:
@@ -57,5 +59,5 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 __all__ = [
     "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "explain", "forward",
     "register_op",
-    "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
+    "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS), *sorted(_GATED),
 ]

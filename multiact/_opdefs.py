@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -38,7 +38,7 @@ class Param:
 
     name: str
     default: Any = REQUIRED
-    kind: str = "float"  # "float" | "choice" | "int" | "array"
+    kind: str = "float"  # "float" | "choice" | "int" | "array" | "act" (an activation of the table, by name)
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False
@@ -48,6 +48,8 @@ class Param:
     doc: str = ""
 
     def range_text(self) -> str:
+        if self.kind == "act":
+            return "the name of an activation of the table (any but prelu)"
         if self.kind == "choice":
             return " | ".join(repr(c) for c in self.choices)
         if self.kind != "float":
@@ -67,9 +69,12 @@ class Param:
         """The value as a plain Python float/str/int (read now: a tensor or 0-d array gives its current
         value), or TypeError naming it.  `fn` is the function the user called, e.g. "gelu()"."""
         where = f"{fn}: parameter {self.name!r}"
-        if self.kind == "choice":
+        if value is None and self.default is None:  # an optional parameter left out
+            return None
+        if self.kind in ("choice", "act"):
             if not isinstance(value, str):
-                raise TypeError(f"{where} must be a str, one of {self.choices}, got {type(value).__name__}")
+                what = f"one of {self.choices}" if self.choices else "an activation's name"
+                raise TypeError(f"{where} must be a str, {what}, got {type(value).__name__}")
             return value
         if self.kind == "int":
             if isinstance(value, bool) or not isinstance(value, (int,)) and not hasattr(value, "__index__"):
@@ -92,6 +97,8 @@ class Param:
     def check(self, fn: str, v: Any) -> Any:
         """v (converted) if it is in range, else ValueError naming the parameter."""
         where = f"{fn}: parameter {self.name!r}"
+        if v is None and self.default is None:
+            return v
         if self.kind == "choice":
             if v not in self.choices:
                 raise ValueError(f"{where} must be one of {self.choices}, got {v!r}")
@@ -280,3 +287,111 @@ DEFS: tuple[OpDef, ...] = (
 )
 
 DEFINITIONS: dict[str, OpDef] = {d.name: d for d in DEFS}
+
+
+# ---- composite ops: more than one array in or out, built on an activation of the table ----
+
+# The activations a composite op may name: every op whose parameters are scalars (prelu's weight is
+# an array of its own, with an axis that would clash with the composite's).
+def composable(d: OpDef) -> bool:
+    return all(p.kind != "array" for p in d.params)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A kind of composite kernel, one per kernel key of every composable activation: its kernel key is
+    `<family>:<activation key>` (gated:silu, gated:gelu_tanh), its C name `<family>_<activation key>`.
+    The family's own scalars travel to the kernels beside the activation's parameters."""
+
+    name: str
+    inputs: tuple[str, ...]  # the kernel's array inputs, per element
+    grads: tuple[str, ...]  # what its backward writes, per element
+    scalars: tuple[str, ...]  # the family's own kernel parameters (after the activation's)
+    formula: str
+
+    def key(self, act_key: str) -> str:
+        return f"{self.name}:{act_key}"
+
+    def cname(self, act_key: str, direction: str) -> str:
+        return f"{self.name}_{act_key}" + ("_grad" if direction == "backward" else "")
+
+
+GATED = Family(
+    "gated", ("gate", "up"), ("dgate", "dup"), ("limit", "shift"),
+    "g = min(gate, limit); u = clamp(up, -limit, limit) + shift; y = act(g) * u;"
+    " dgate = act'(g) * dy * u (0 where gate > limit); dup = act(g) * dy (0 where |up| > limit)",
+)
+FAMILIES: dict[str, Family] = {f.name: f for f in (GATED,)}
+
+
+def family_keys() -> list[tuple[Family, OpDef, str]]:
+    """(family, activation, activation key) for every composite kernel, in definition order."""
+    return [(f, d, k) for f in FAMILIES.values() for d in DEFS if composable(d) for k in d.keys]
+
+
+@dataclass(frozen=True)
+class CompositeDef:
+    """A public op built on the activations: which family of kernels it runs, its own parameters, and
+    how it picks its activation.  A fused op names its activation; it never restates it."""
+
+    name: str
+    family: str
+    summary: str
+    formula: str
+    params: tuple[Param, ...]
+    # (validated own parameters, the caller's extra keywords) -> (activation name, its parameters):
+    # glu takes act= and the activation's keywords; the named forms fix the activation.
+    activation: Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[str, dict[str, Any]]]
+    takes_act_params: bool = False  # whether **act_params reach the activation (glu)
+    module: str = ""  # multiact.torch's nn.Module name
+    cases: tuple[Mapping[str, Any], ...] = ()  # the shared suite's cases beyond the defaults
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params)
+
+
+_DIM = _f("dim", -1, kind="int", doc="the axis split in two halves")
+_ACTIVATE = _f("activate", "first", kind="choice", choices=("first", "second"),
+               doc="which half goes through the activation (the gate); the other multiplies it")
+_LAYOUT = _f("layout", "halves", kind="choice", choices=("halves", "interleaved"),
+             doc="halves: [a | b] along dim; interleaved: a = x[0::2], b = x[1::2] (GPT-OSS)")
+
+
+def _glu_act(p: Mapping[str, Any], extra: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    return p["act"], dict(extra)
+
+
+def _swiglu_act(p: Mapping[str, Any], extra: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    return ("silu", {}) if p["alpha"] is None else ("swish", {"beta": p["alpha"]})
+
+
+COMPOSITES: tuple[CompositeDef, ...] = (
+    CompositeDef(
+        "glu", "gated", "Gated linear unit: one half of x gates the other through an activation.",
+        "a, b = halves of x along dim; y = a * act(b) (activate='second', PyTorch's F.glu) or act(a) * b",
+        (_DIM, _f("act", "sigmoid", kind="act", doc="the activation; its parameters as keywords"),
+         replace(_ACTIVATE, default="second"), _LAYOUT),
+        _glu_act, takes_act_params=True, module="GLU",
+        cases=({"act": "silu", "activate": "first"}, {"act": "gelu", "approximate": "tanh"},
+               {"act": "leaky_relu", "negative_slope": 0.2, "layout": "interleaved"})),
+    CompositeDef(
+        "swiglu", "gated", "SwiGLU (LLaMA's MLP): silu(gate) * up; with limit, GPT-OSS's clipped form.",
+        "silu(a) * b; with alpha/limit: g = min(a, limit), u = clamp(b, -limit, limit), "
+        "y = g * sigmoid(alpha g) * (u + 1)",
+        (_DIM, _ACTIVATE, _LAYOUT,
+         _f("alpha", None, doc="the sigmoid's slope: swish(beta=alpha) instead of silu (GPT-OSS: 1.702)"),
+         _f("limit", None, lo=0, lo_open=True,
+            doc="clip the gate above and up to [-limit, limit], and add 1 to up (GPT-OSS: 7.0)")),
+        _swiglu_act, module="SwiGLU",
+        cases=({"alpha": 1.702, "limit": 7.0, "layout": "interleaved"}, {"activate": "second"})),
+    CompositeDef(
+        "geglu", "gated", "GeGLU (T5, Gemma): gelu(gate) * up, exact or tanh.", "gelu(a) * b",
+        (_DIM, _f("approximate", "none", kind="choice", choices=("none", "tanh")), _ACTIVATE, _LAYOUT),
+        lambda p, extra: ("gelu", {"approximate": p["approximate"]}), module="GeGLU",
+        cases=({"approximate": "tanh"},)),
+    CompositeDef(
+        "reglu", "gated", "ReGLU: relu(gate) * up.", "relu(a) * b", (_DIM, _ACTIVATE, _LAYOUT),
+        lambda p, extra: ("relu", {}), module="ReGLU"),
+)
+COMPOSITE_DEFINITIONS: dict[str, CompositeDef] = {c.name: c for c in COMPOSITES}

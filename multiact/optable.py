@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from . import reference as R
-from ._opdefs import DEFINITIONS, DIRECTIONS, F32_MAX, F32_TINY, REQUIRED, OpDef, Param
+from ._opdefs import (DEFINITIONS, DIRECTIONS, F32_MAX, F32_TINY, FAMILIES, REQUIRED, OpDef, Param, composable,
+                      family_keys)
 
-__all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef", "OpSpec",
+__all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FAMILY_KEYS", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef", "OpSpec",
            "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
 
 
@@ -263,6 +264,8 @@ def register(spec: OpSpec) -> OpSpec:
         raise ValueError(f"register(): an op or kernel key named {spec.name!r} exists already")
     OPS[spec.name] = spec
     KEYS.update({k: spec for k in spec.keys})
+    if composable(spec.defn):  # the composite ops (glu's act=) take it at once
+        FAMILY_KEYS.update({f.key(k): (f, spec, k) for f in FAMILIES.values() for k in spec.keys})
     return spec
 
 
@@ -272,3 +275,7 @@ def get(name: str) -> OpSpec:
         return OPS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown op {name!r}; valid ops: {', '.join(OPS)}") from None
+
+
+# Composite kernel key ("gated:silu") -> (its family, the activation's spec, the activation's key).
+FAMILY_KEYS: dict[str, tuple[Any, OpSpec, str]] = {f.key(k): (f, OPS[d.name], k) for f, d, k in family_keys()}
