@@ -11,18 +11,26 @@ starts from the output where the op allows it (`spec.supports_y`), and otherwise
 from a copy of the input taken before the write (what PyTorch does for its own
 in-place ops that need their input).  Gradients are first-order only.
 
+The gated family comes from the composite definitions the same way:
+
+    y = mt.swiglu(x)                 # silu(first half) * second half; the backward writes both halves
+    y = mt.swiglu(gate, up=up)       # two-input form: gate and up both get gradients
+    mlp = w2(mt.SwiGLU()(w13(x)))    # modules: mt.GLU, mt.SwiGLU, mt.GeGLU, mt.ReGLU
+
 Importing this module imports torch; `import multiact` never does.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from . import dispatch
+from . import dispatch, gated
+from ._opdefs import COMPOSITES, GATED, CompositeDef
 from .optable import OPS, REQUIRED, OpSpec
 
 __all__: list[str] = []
@@ -254,3 +262,127 @@ for _op, _spec in OPS.items():
 del _op, _spec
 globals().update({cls.__name__: cls for cls in MODULES.values()})
 __all__ += sorted(cls.__name__ for cls in MODULES.values())
+
+
+# ---- the gated family (glu, swiglu, geglu, reglu), generated from the composite definitions ---------------
+
+
+class _Gated(torch.autograd.Function):
+    """One gated op: the forward runs multiact.<name>, the backward multiact.<name>_grad, which writes both
+    halves of dx (or dgate and dup with up=) in one pass.  First order only, like _Activation: the second
+    derivative needs act'' of the activation, which the op table does not have (issue 15, item 2)."""
+
+    @staticmethod
+    def forward(ctx, cdef: CompositeDef, given: dict, extra: dict, backend: str | None, x, up):
+        xd = x.detach()
+        ud = None if up is None else up.detach()
+        y = gated.forward(cdef, xd, ud, given, extra, None, backend)
+        ctx.cdef, ctx.given, ctx.extra, ctx.backend = cdef, given, extra, backend
+        ctx.save_for_backward(x, up)  # a later in-place write into either makes the backward raise
+        return _as_result(y, x)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gy):
+        x, up = ctx.saved_tensors
+        xd = x.detach()
+        ud = None if up is None else up.detach()
+        g = gated.backward(ctx.cdef, gy.detach(), xd, ud, ctx.given, ctx.extra, None, ctx.backend)
+        if up is None:
+            gx, gup = _as_tensor(g, xd), None
+        else:
+            gx, gup = (_as_tensor(g[0], xd), _as_tensor(g[1], ud))
+        need_x, need_up = ctx.needs_input_grad[4:6]
+        return None, None, None, None, gx if need_x else None, gup if need_up else None
+
+
+def _apply_gated(cdef: CompositeDef, x: Any, up: Any, given: dict, extra: dict, backend: str | None) -> torch.Tensor:
+    """Run gated op `cdef` on x (and up), through autograd when anything needs a gradient."""
+    fn = f"multiact.torch.{cdef.name}()"
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{fn}: x must be a torch.Tensor, got {type(x).__name__}")
+    if up is not None:
+        if not isinstance(up, torch.Tensor):
+            raise TypeError(f"{fn}: up must be a torch.Tensor or None, got {type(up).__name__}")
+        if up.dtype != x.dtype:  # checked here: a bfloat16 tensor reaches multiact as a float32 copy
+            raise TypeError(f"{fn}: up has dtype {up.dtype} but x has {x.dtype}; they must match")
+    needs_grad = torch.is_grad_enabled() and (x.requires_grad or (up is not None and up.requires_grad))
+    if not needs_grad:
+        y = gated.forward(cdef, x.detach(), None if up is None else up.detach(), given, extra, None, backend)
+        return _as_result(y, x)
+    return _Gated.apply(cdef, given, extra, backend, x, up)
+
+
+def _gated_signature(cdef: CompositeDef) -> tuple[str, str, str]:
+    """(multiact.<name>'s parameters after x without out=, the module's after self, the own-parameter dict)."""
+    sig = inspect.signature(gated.FUNCTIONS[cdef.name])
+    params = [p for p in sig.parameters.values() if p.name not in ("x", "out")]
+    fn = str(sig.replace(parameters=params))[1:-1]
+    mod = str(sig.replace(parameters=[p for p in params if p.name != "up"]))[1:-1]
+    return fn, mod, "{" + ", ".join(f"{p.name!r}: {p.name}" for p in cdef.params) + "}"
+
+
+def _make_gated_function(cdef: CompositeDef):
+    plist, _, pdict = _gated_signature(cdef)
+    extra = "act_params" if cdef.takes_act_params else "{}"
+    src = (f"def {cdef.name}(x, {plist}):\n"
+           f"    return _apply_gated(_cdef, x, up, {pdict}, {extra}, backend)\n")
+    ns: dict[str, Any] = {"_cdef": cdef, "_apply_gated": _apply_gated}
+    exec(compile(src, f"<multiact.torch.{cdef.name}>", "exec"), ns)  # noqa: S102 - generated from the definitions
+    f = ns[cdef.name]
+    f.__doc__ = (f"{cdef.summary} Differentiable (first order): the backward runs multiact.{cdef.name}_grad, "
+                 f"both halves in one pass.\n\n    {cdef.formula}\n\n"
+                 "up=: the two-input form (x is the gate, up multiplies it; both get gradients). "
+                 f"Parameters as multiact.{cdef.name}'s; backend= runs forward and backward on that backend only.")
+    f.__module__ = __name__
+    return f
+
+
+class _GatedModule(nn.Module):
+    """Base of the gated modules: the op's parameters as attributes, validated when built;
+    forward(x) is the one-input form, forward(gate, up) the two-input form."""
+
+    _cdef: CompositeDef
+
+    def _setup(self, given: dict, extra: dict, backend: str | None) -> None:
+        gated.resolve(self._cdef, given, extra, f"multiact.torch.{type(self).__name__}()")  # fails here, not later
+        for k, v in given.items():
+            setattr(self, k, v)
+        self.act_params = dict(extra)
+        self.backend = backend
+
+    def forward(self, x: torch.Tensor, up: torch.Tensor | None = None) -> torch.Tensor:
+        given = {p.name: getattr(self, p.name) for p in self._cdef.params}
+        return _apply_gated(self._cdef, x, up, given, self.act_params, self.backend)
+
+    def extra_repr(self) -> str:
+        parts = [f"{p.name}={getattr(self, p.name)!r}" for p in self._cdef.params if getattr(self, p.name) is not None]
+        parts += [f"{k}={v!r}" for k, v in self.act_params.items()]
+        if self.backend is not None:
+            parts.append(f"backend={self.backend!r}")
+        return ", ".join(parts)
+
+
+def _make_gated_module(cdef: CompositeDef) -> type:
+    _, plist, pdict = _gated_signature(cdef)
+    extra = "act_params" if cdef.takes_act_params else "{}"
+    src = (f"def __init__(self, {plist}):\n"
+           f"    super(_cls, self).__init__()\n"
+           f"    self._setup({pdict}, {extra}, backend)\n")
+    name = cdef.module
+    cls = type(name, (_GatedModule,), {"_cdef": cdef, "__module__": __name__,
+                                       "__doc__": f"nn.Module form of multiact.torch.{cdef.name}: {cdef.summary}"})
+    ns: dict[str, Any] = {"_cls": cls}
+    exec(compile(src, f"<multiact.torch.{name}>", "exec"), ns)  # noqa: S102 - generated from the definitions
+    ns["__init__"].__qualname__ = f"{name}.__init__"
+    cls.__init__ = ns["__init__"]
+    return cls
+
+
+GATED_FUNCTIONS: dict[str, Any] = {c.name: _make_gated_function(c) for c in COMPOSITES if c.family == GATED.name}
+GATED_MODULES: dict[str, type] = {c.name: _make_gated_module(c) for c in COMPOSITES if c.family == GATED.name}
+FUNCTIONS.update(GATED_FUNCTIONS)
+MODULES.update(GATED_MODULES)
+globals().update(GATED_FUNCTIONS)
+globals().update({cls.__name__: cls for cls in GATED_MODULES.values()})
+__all__ += sorted(GATED_FUNCTIONS) + sorted(cls.__name__ for cls in GATED_MODULES.values())
