@@ -111,19 +111,24 @@ def _gated(key: str, direction: str) -> Callable:
             return gate, up
         g = np.where(gate > limit, gate.dtype.type(limit), gate)
         u = np.where(up > limit, up.dtype.type(limit), np.where(up < -limit, up.dtype.type(-limit), up))
-        return g, u + up.dtype.type(p["shift"])
+        return g, (u + up.dtype.type(p["shift"]) if p["shift"] else u)
 
     if direction == "forward":
         def forward(gate, up, out, p):
             q = {k: p[k] for k in names}
-            for gb, ub, ob in _blocks((gate, up), out):
-                g, u = clipped(gb, ub, p)
-                ob[...] = act.forward(g, **q) * u
+            with np.errstate(all="ignore"):  # inf * 0 is NaN, as the product is, without a warning
+                for gb, ub, ob in _blocks((gate, up), out):
+                    g, u = clipped(gb, ub, p)
+                    ob[...] = act.forward(g, **q) * u
         return forward
 
     def backward(dy, gate, up, dgate, dup, p):
         q = {k: p[k] for k in names}
         limit = p["limit"]
+        with np.errstate(all="ignore"):
+            _backward(dy, gate, up, dgate, dup, p, q, limit)
+
+    def _backward(dy, gate, up, dgate, dup, p, q, limit):
         for db, gb, ub, dgb, dub in _blocks2((dy, gate, up), (dgate, dup)):
             g, u = clipped(gb, ub, p)
             rg = act.backward(db * u, g, **q)

@@ -129,15 +129,21 @@ def compare(
     direction: str,
     scale: np.ndarray | None = None,
     params: dict[str, Any] | None = None,
+    slack: np.ndarray | None = None,
+    zero_sign: np.ndarray | None = None,
 ) -> Verdict:
-    """Judge `got` (in its dtype) against the float64 `ref` with the op's tolerance."""
+    """Judge `got` (in its dtype) against the float64 `ref` with the op's tolerance.  A composite op says
+    more: `slack`, an absolute allowance per element (where its intermediate is subnormal), and
+    `zero_sign`, where a zero result must carry the reference's sign (instead of x = 0 or scale = 0)."""
     dtype = got.dtype
     tol = spec.tol
     g = got.astype(np.float64).reshape(-1)
     r = np.asarray(ref, dtype=np.float64).reshape(-1)
     xs = x.astype(np.float64).reshape(-1)
     zero_in = xs == 0  # where a zero result must carry the reference's sign
-    if scale is not None:
+    if zero_sign is not None:
+        zero_in = np.asarray(zero_sign, bool).reshape(-1)
+    elif scale is not None:
         zero_in = zero_in | ((np.asarray(scale, dtype=np.float64).reshape(-1) == 0) & ~_underflows(
             spec, direction, xs, params, dtype))
     with np.errstate(over="ignore", invalid="ignore"):
@@ -149,6 +155,8 @@ def compare(
         sc = np.where(np.isfinite(sc), sc, 0.0)
         eps = float(np.finfo(dtype).eps)
         bound = tol.ulp(dtype.name) * spacing + atol * eps * sc
+        if slack is not None:
+            bound = bound + np.asarray(slack, dtype=np.float64).reshape(-1)
         if tol.cond is not None and direction != "backward_y":
             cond = tol.cond(xs, _rounded(spec, params or {}, dtype)) if spec.name != "prelu" else 0.0
             bound = bound + np.where(np.isfinite(cond), cond, 0.0) * eps * np.abs(r)
@@ -254,3 +262,165 @@ def case_failures(
         if not v.passed:
             out.append(f"{direction}: {v.describe()}")
     return out
+
+
+# ---- the gated family (glu, swiglu, geglu, reglu): two inputs, two outputs ----------------------------
+
+# (dim, layout, activate) rotated over the cases, so that every combination meets many activations
+# without the full product: the halves of dim -1 and of dim 0 of a 3-D array, interleaved, both gates.
+_GATED_FORMS = tuple((dim, layout, activate) for dim in (-1, 0) for layout in ("halves", "interleaved")
+                     for activate in ("first", "second"))
+
+
+def gated_cases() -> list[tuple[str, dict[str, Any]]]:
+    """(op, parameters) of the shared suite: glu with every activation of the table (but prelu) and each of
+    its parameter cases, the named forms with their defaults and own cases, each in a rotating form, and
+    every op in the two-input form (up=)."""
+    from ._opdefs import COMPOSITES, composable
+
+    cases: list[tuple[str, dict[str, Any]]] = []
+    for spec in OPS.values():
+        if composable(spec.defn):
+            cases += [("glu", {"act": spec.name, **c}) for c in param_cases(spec)]
+    for c in COMPOSITES:
+        cases += [(c.name, dict(p)) for p in ({}, *c.cases)]
+    out = []
+    for i, (name, p) in enumerate(cases):
+        dim, layout, activate = _GATED_FORMS[i % len(_GATED_FORMS)]
+        form = {"dim": dim, "layout": layout, "activate": activate}
+        out.append((name, {**form, **p}))
+    out += [(c.name, {"up": True}) for c in COMPOSITES]
+    return out
+
+
+def _gated_inputs(spec: OpSpec, act_p: dict[str, Any], dtype: np.dtype, half: tuple[int, ...], seed: int):
+    """(gate, up, dy) of shape `half`: gate from the activation's sample (kinks, specials), up and dy
+    random with the specials (and +-0) mixed in."""
+    n = int(np.prod(half))
+    rng = np.random.default_rng(seed)
+    x0, dy0 = zero_pairs(dtype)
+    g = np.concatenate([x0, sample_x(spec, act_p, dtype, n=300)])
+    g = np.resize(g, n)
+    sp = specials(dtype)
+    u = np.resize(np.concatenate([sp, rng.permutation(sp), (rng.standard_normal(n) * 3).astype(dtype)]), n)
+    u = rng.permutation(u) if n > 2 * sp.size else u
+    dy = np.resize(np.concatenate([dy0, rng.standard_normal(n).astype(dtype)]), n)
+    return g.reshape(half).astype(dtype), u.reshape(half).astype(dtype), dy.reshape(half).astype(dtype)
+
+
+def _widened(spec: OpSpec) -> OpSpec:
+    """The activation's bound, one more ulp for the product with the other half."""
+    from dataclasses import replace
+
+    t = spec.tol
+    return replace(spec, tol=replace(t, ulp32=t.ulp32 + 1, ulp64=t.ulp64 + 1, ulp16=t.ulp16 + 1))
+
+
+def gated_failures(backend: str | None, op: str, params: dict[str, Any], dtype: Any, to_kind: Any = None,
+                   from_kind: Any = None) -> list[str]:
+    """One gated case, forward and backward, against the reference composed from the table's (float64 on
+    the exact inputs); the failures described (empty when all pass).  `params` holds the op's parameters
+    and the activation's; `up=True` asks for the two-input form."""
+    import multiact as ma
+
+    from . import gated
+    from ._opdefs import COMPOSITE_DEFINITIONS
+
+    cdef = COMPOSITE_DEFINITIONS[op]
+    dtype = np.dtype(dtype)
+    to_kind = to_kind or (lambda a: a)
+    from_kind = from_kind or (lambda a: np.asarray(a))
+    params = dict(params)
+    two = params.pop("up", False)
+    own = {k: v for k, v in params.items() if k in cdef.param_names}
+    extra = {k: v for k, v in params.items() if k not in cdef.param_names}
+    call = gated.resolve(cdef, own, extra, f"{op}()")
+    act = _widened(call.act)
+    dim = own.get("dim", -1)
+    half = (37, 3, 7) if dim == -1 else (21, 3, 5)
+    gate, up, dy = _gated_inputs(call.act, call.act_p, dtype, half, seed=len(params))
+    fn, fgrad = getattr(ma, op), getattr(ma, f"{op}_grad")
+    if two:
+        first, second = (gate, up) if call.gate_first else (up, gate)
+        y = from_kind(fn(to_kind(first), up=to_kind(second), backend=backend, **own, **extra))
+        dfirst, dsecond = (from_kind(a) for a in fgrad(to_kind(dy), to_kind(first), up=to_kind(second),
+                                                         backend=backend, **own, **extra))
+        dgate, dup = (dfirst, dsecond) if call.gate_first else (dsecond, dfirst)
+    else:
+        full = list(half)
+        full[dim] *= 2
+        x = np.empty(full, dtype)
+        a, b = gated.split(x, dim % x.ndim, call.layout)
+        (a if call.gate_first else b)[...] = gate
+        (b if call.gate_first else a)[...] = up
+        y = from_kind(fn(to_kind(x), backend=backend, **own, **extra))
+        dx = from_kind(fgrad(to_kind(dy), to_kind(x), backend=backend, **own, **extra))
+        if dx.shape != x.shape:
+            return [f"backward: dx has shape {dx.shape}, expected {x.shape}"]
+        da, db = gated.split(dx, dim % x.ndim, call.layout)
+        dgate, dup = (da, db) if call.gate_first else (db, da)
+    kp = {**call.kp, **_rounded(call.act, call.act_p, dtype)}
+    if dtype != np.float64 and kp["limit"] != np.inf:
+        kp["limit"] = float(np.float32(kp["limit"]))
+    ref_y, ref_dg, ref_du, slacks, signs = _gated_reference(call.act, kp, dtype, gate, up, dy)
+    plain_dg, plain_du = gated.reference_backward(call.act, kp, dy, gate, up)
+    reference_plain = {"forward y": gated.reference_forward(call.act, kp, gate, up), "backward dgate": plain_dg,
+                       "backward dup": plain_du}
+    g64, u64 = gated._clipped(gate.astype(np.float64), up.astype(np.float64), kp)
+    g = g64.astype(dtype)
+    dy64 = dy.astype(np.float64)
+    failures = []
+    with np.errstate(all="ignore"):
+        checks = (("forward y", y, ref_y, "forward", g64 * u64, slacks[0], signs[0]),
+                  ("backward dgate", dgate, ref_dg, "backward", dy64 * u64, None, None),
+                  ("backward dup", dup, ref_du, "forward", dy64 * g64, slacks[1], signs[1]))
+        for what, got, ref, direction, scale, slack, sign in checks:
+            if got.shape != ref.shape:
+                failures.append(f"{what}: shape {got.shape}, expected {ref.shape}")
+                continue
+            either = np.isnan(ref) & ~np.isnan(reference_plain[what])  # NaN or inf (_gated_reference)
+            got = np.where(either & ~np.isfinite(got), np.nan, got)
+            v = compare(got, ref, g, act, direction, scale=scale, params=call.act_p, slack=slack, zero_sign=sign)
+            if not v.passed:
+                failures.append(f"{what}: {v.describe()}")
+    return failures
+
+
+def _gated_reference(act: OpSpec, kp: dict[str, Any], dtype: np.dtype, gate: np.ndarray, up: np.ndarray,
+                     dy: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(y, dgate, dup, slacks of y and dup, zero-sign masks of y and dup) in float64, the intermediates
+    held as kernels hold them: the activation's value and dy * u are values of the compute precision
+    (float32 below float64) where they leave its range (overflow to inf, as PyTorch's silu(a) * b does);
+    a subnormal activation value has lost bits before the product (slack: the smallest normal times the
+    other factor), and one below the compute precision's smallest normal has no sign a kernel can know
+    (a flushed value has none) and may be 0: its product with an infinite factor is NaN or inf, either
+    accepted (the reference says NaN there, which `gated_failures` lets stand for either)."""
+    from . import gated
+
+    compute = np.float64 if dtype == np.float64 else np.float32
+    big, tiny = float(np.finfo(compute).max), float(np.finfo(compute).tiny)
+    p = {k: kp[k] for k in act.param_names}
+    with np.errstate(all="ignore"):
+        g, u = gated._clipped(gate.astype(np.float64), up.astype(np.float64), kp)
+        d = dy.astype(np.float64)
+
+        def held(v):
+            return np.where(np.abs(v) > big, np.copysign(np.inf, v), v)
+
+        a = held(act.forward(g, **p))
+        du = d * u
+        dgate = act.backward(held(du), g, **p)
+        y, dup = a * u, d * a
+        limit = kp["limit"]
+        dgate = np.where(gate > limit, 0.0, dgate)
+        dup = np.where(np.abs(up) > limit, 0.0, dup)
+        sub = (np.abs(a) < tiny) & (a != 0)
+        slack_y = np.where(sub, 2 * tiny * np.abs(np.where(np.isfinite(u), u, 0.0)), 0.0)
+        slack_du = np.where(sub, 2 * tiny * np.abs(np.where(np.isfinite(d), d, 0.0)), 0.0)
+        y = np.where(sub & np.isinf(u), np.nan, y)
+        dtiny = np.abs(act.backward(np.ones_like(g), g, **p))
+        dgate = np.where((dtiny < tiny) & (dtiny != 0) & np.isinf(du), np.nan, dgate)
+        signed = ~sub  # the activation's value has a sign every kernel gives
+        sign_y = (g == 0) | ((u == 0) & signed)
+        sign_du = (g == 0) | ((d == 0) & signed)
+    return y, dgate, dup, (slack_y, slack_du), (sign_y, sign_du)

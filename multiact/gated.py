@@ -93,8 +93,8 @@ def _pair(call: GatedCall, first: Any, second: Any) -> tuple[Any, Any]:
 def _clipped(gate: np.ndarray, up: np.ndarray, kp: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     limit = kp["limit"]
     g = np.where(gate > limit, limit, gate)  # NaN stays NaN
-    u = np.where(up > limit, limit, np.where(up < -limit, -limit, up)) + kp["shift"]
-    return g, u
+    u = np.where(up > limit, limit, np.where(up < -limit, -limit, up))
+    return g, (u + kp["shift"] if kp["shift"] else u)  # adding 0.0 would turn -0 into +0
 
 
 def reference_forward(act: OpSpec, kp: Mapping[str, Any], gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -228,15 +228,16 @@ def backward(cdef: CompositeDef, dy: Any, x: Any, up: Any, given: dict[str, Any]
             dx = _out_array(fn, out)
             dispatch.check_out(fn, dx, ins, xa)
         dgate, dup = _pair(call, *split(dx, call.dim % xa.ndim, call.layout))
-    else:
+    else:  # the gradients in the order of the arguments (x, up), whichever of them is the gate
         if out is None:
-            dgate, dup = np.empty_like(gate), np.empty_like(upv)
+            dfirst, dsecond = np.empty_like(xa), np.empty_like(xa)
         else:
-            dgate, dup = (_out_array(fn, o) for o in outs)
-            for o in (dgate, dup):
+            dfirst, dsecond = (_out_array(fn, o) for o in outs)
+            for o in (dfirst, dsecond):
                 dispatch.check_out(fn, o, ins, xa)
-            if np.shares_memory(dgate, dup):
+            if np.shares_memory(dfirst, dsecond):
                 raise ValueError(f"{fn}: out[0] and out[1] overlap; they must be separate arrays")
+        dgate, dup = _pair(call, dfirst, dsecond)
     dispatch._run(mod, kernel, _Label(fn, call), "backward", xa.dtype.name, (dya, gate, upv, dgate, dup), call.kp)
     if out is not None:
         for o in outs:
@@ -244,7 +245,7 @@ def backward(cdef: CompositeDef, dy: Any, x: Any, up: Any, given: dict[str, Any]
         return out
     if up is None:
         return _arrays.wrap_like(dx, x)
-    return _arrays.wrap_like(dgate, x), _arrays.wrap_like(dup, x)
+    return _arrays.wrap_like(dfirst, x), _arrays.wrap_like(dsecond, x)
 
 
 def _out_pair(fn: str, out: Any, up: Any) -> tuple[Any, ...]:
@@ -309,16 +310,17 @@ def _backward_device(fn, call, kind, dy, x, up, out, backend):
         if out is not None:
             dispatch._check_device(fn, {"x": x, "out": out}, None)
         dgate, dup = _pair(call, *split(dx, dim, call.layout))
-    else:
-        dgate, dup = (mod.empty_like(gate), mod.empty_like(upv)) if out is None else _out_pair(fn, out, up)
+    else:  # the gradients in the order of the arguments (x, up)
+        dfirst, dsecond = (mod.empty_like(x), mod.empty_like(up)) if out is None else _out_pair(fn, out, up)
         if out is not None:
-            dispatch._check_device(fn, {"x": x, "out[0]": dgate, "out[1]": dup}, None)
+            dispatch._check_device(fn, {"x": x, "out[0]": dfirst, "out[1]": dsecond}, None)
+        dgate, dup = _pair(call, dfirst, dsecond)
     dispatch._run(mod, kernel, _Label(fn, call), "backward", dtype, (dy, gate, upv, dgate, dup), call.kp)
     if out is not None:
         for o in _out_pair(fn, out, up):
             _arrays.mark_written(o)
         return out
-    return dx if up is None else (dgate, dup)
+    return dx if up is None else (dfirst, dsecond)
 
 
 # ---- the public functions, generated from the definitions ---------------------------------------------

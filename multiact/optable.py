@@ -14,11 +14,21 @@ from typing import Any
 import numpy as np
 
 from . import reference as R
-from ._opdefs import (DEFINITIONS, DIRECTIONS, F32_MAX, F32_TINY, FAMILIES, REQUIRED, OpDef, Param, composable,
-                      family_keys)
+from ._opdefs import (
+    DEFINITIONS,
+    DIRECTIONS,
+    F32_MAX,
+    F32_TINY,
+    FAMILIES,
+    REQUIRED,
+    OpDef,
+    Param,
+    composable,
+    family_keys,
+)
 
-__all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FAMILY_KEYS", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef", "OpSpec",
-           "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
+__all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FAMILY_KEYS", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef",
+           "OpSpec", "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
 
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
