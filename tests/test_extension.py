@@ -10,7 +10,7 @@ import pytest
 import multiact as ma
 from multiact import api, consistency, registry
 from multiact._opdefs import OpDef, Param
-from multiact.optable import KEYS, OPS, Tolerance
+from multiact.optable import FAMILY_KEYS, KEYS, OPS, Tolerance
 
 
 def _isru(x, alpha):
@@ -52,6 +52,8 @@ def isru():
     del OPS[DEFN.name]
     for k in DEFN.keys:
         del KEYS[k]
+    for k in [k for k, (_, s, _) in FAMILY_KEYS.items() if s is spec]:
+        del FAMILY_KEYS[k]
     registry.clear_cache()
 
 
@@ -94,3 +96,15 @@ def test_a_name_that_exists_is_refused():
     with pytest.raises(ValueError, match="exists already"):
         ma.register_op(OPS["relu"].defn, forward=OPS["relu"].forward, backward=OPS["relu"].backward,
                        backward_y=OPS["relu"].backward_y)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_composite_ops_take_it_at_once(isru, dtype):
+    """A fused op names its activation: glu(act="isru_example") needs no kernel or definition of its own
+    (the numpy backend composes the reference), and the gated suite holds it to the composition."""
+    x = np.linspace(-3, 3, 24).reshape(3, 8)
+    a, b = x[:, :4], x[:, 4:]
+    np.testing.assert_allclose(ma.glu(x, act="isru_example", activate="first", alpha=0.25),
+                               _isru(a, 0.25) * b, rtol=1e-15)
+    assert not consistency.gated_failures("numpy", "glu", {"act": "isru_example", "alpha": 0.25}, dtype)
+    assert not consistency.gated_failures("numpy", "glu", {"act": "isru_example", "up": True}, dtype)
