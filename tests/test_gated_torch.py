@@ -162,6 +162,21 @@ def test_non_contiguous_input_and_interleaved_glu():
     torch.testing.assert_close(b.grad, b2.grad, rtol=1e-13, atol=1e-14)
 
 
+def test_zero_size_expanded_and_one_dimensional_inputs():
+    x = torch.empty(0, 6, dtype=torch.float64, requires_grad=True)
+    y = mt.swiglu(x)
+    y.sum().backward()
+    assert y.shape == (0, 3) and x.grad.shape == (0, 6)
+    row = _randn(1, 6)
+    _compare(lambda t: mt.swiglu(t.expand(4, 6)), lambda t: _torch_silu_mul(t.expand(4, 6)), [row], torch.float64)
+    _compare(mt.glu, F.glu, [_randn(8)], torch.float64)
+
+
+def _torch_silu_mul(t):
+    a, b = _halves(t)
+    return F.silu(a) * b
+
+
 def test_glu_takes_any_activation_and_its_parameters():
     x = _randn(4, 10)
     _compare(lambda t: mt.glu(t, act="leaky_relu", negative_slope=0.2, activate="first"),
