@@ -5,6 +5,11 @@ CANN path is exercised on the CPU provider by swapping only the list.  Sessions 
 (op, direction, dtype, params, thread count); results go through IOBinding straight into the
 caller's buffer when it is contiguous, and through a contiguous temporary plus `np.copyto`
 otherwise (ONNX Runtime would silently copy a strided output and drop the result).
+
+The gated family's kernels (`gated:<act key>`, two inputs, and two outputs in the backward) are
+`onnx_export.gated_kernel_onnx` graphs, run the same way; views (the halves of x) that cannot be
+flattened are copied to contiguous inputs, and a backward whose outputs share memory with its inputs
+(in place) writes through temporaries, since its two outputs are not written last together.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import numpy as np
 
 from multiact import get_num_threads
 from multiact._layout import flat_views
-from multiact.optable import KEYS, OPS, value_key
+from multiact._opdefs import GATED
+from multiact.optable import FAMILY_KEYS, KEYS, OPS, value_key
 
 DTYPES = ("float16", "float32")
 _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the cache without bound
@@ -42,6 +48,8 @@ def session_options(threads: int) -> Any:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
+    if key in FAMILY_KEYS:  # gated:<act>: forward and backward graphs of every activation
+        return is_gated(key) and dtype in DTYPES and direction in ("forward", "backward")
     spec = KEYS.get(key)
     if spec is None or dtype not in DTYPES:
         return False
@@ -50,6 +58,12 @@ def supports(key: str, direction: str, dtype: str) -> bool:
     if direction == "param_grad":
         return spec.param_grad is not None
     return direction in ("forward", "backward")
+
+
+def is_gated(key: str) -> bool:
+    """Whether `key` is a kernel key of the gated family (gated:<act key>)."""
+    hit = FAMILY_KEYS.get(key)
+    return hit is not None and hit[0] is GATED
 
 
 _FROM_NUMPY: list = []
@@ -65,14 +79,18 @@ def _from_numpy() -> Callable:
 
 
 class _Entry:
-    """A session with the names of its inputs and output and a binding reused by its creating thread."""
+    """A session with the names of its inputs and outputs and a binding reused by its creating thread."""
 
-    __slots__ = ("sess", "inputs", "output", "binding", "thread")
+    __slots__ = ("sess", "inputs", "outputs", "binding", "thread")
 
-    def __init__(self, sess: Any, inputs: tuple[str, ...], output: str):
-        self.sess, self.inputs, self.output = sess, inputs, output
+    def __init__(self, sess: Any, inputs: tuple[str, ...], outputs: tuple[str, ...]):
+        self.sess, self.inputs, self.outputs = sess, inputs, outputs
         self.binding = sess.io_binding()
         self.thread = threading.get_ident()
+
+    @property
+    def output(self) -> str:
+        return self.outputs[0]
 
     def run(self, arrays: Sequence[np.ndarray], out: np.ndarray | None) -> Any:
         """Bind C-contiguous arrays (no copies) and run; with out=None return the output OrtValue."""
@@ -86,6 +104,16 @@ class _Entry:
             b.bind_ortvalue_output(self.output, from_numpy(out))
         self.sess.run_with_iobinding(b)
         return b.get_outputs()[0] if out is None else None
+
+    def run_into(self, arrays: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> None:
+        """Bind C-contiguous arrays and one C-contiguous destination per output, and run."""
+        from_numpy = _from_numpy()
+        b = self.binding if threading.get_ident() == self.thread else self.sess.io_binding()
+        for name, a in zip(self.inputs, arrays, strict=True):
+            b.bind_ortvalue_input(name, from_numpy(a))
+        for name, o in zip(self.outputs, outs, strict=True):
+            b.bind_ortvalue_output(name, from_numpy(o))
+        self.sess.run_with_iobinding(b)
 
 
 class Runner:
@@ -111,7 +139,8 @@ class Runner:
         """The cached session for one (op, direction, dtype, params, thread count).
 
         `key` holds the scalar params' values in the spec's order; `params` (by name) is only
-        needed to build a session on a miss and defaults to pairing the two.
+        needed to build a session on a miss and defaults to pairing the two.  A gated kernel key
+        (`gated:<act key>`) as `op` names the family's graph; its `params` are then required.
         """
         threads = get_num_threads()
         full = (op, direction, dtype, tuple(map(value_key, key)), threads)  # -0.0 is not 0.0's session
@@ -120,17 +149,22 @@ class Runner:
             return e
         if params is None:
             params = dict(zip((q.name for q in OPS[op].scalar_params), key, strict=True))
+        from multiact.onnx_export import gated_kernel_onnx, to_onnx
+
+        if is_gated(op):
+            model = gated_kernel_onnx(op, direction, dtype, params)
+        else:
+            spec = OPS[op]
+            grad: bool | str = spec.param_grad[0] if direction == "param_grad" else _DIRECTION_GRAD[direction]
+            model = to_onnx(op, dtype=dtype, grad=grad, from_output=direction == "backward_y", **params)
+        return self._store(full, model, threads)
+
+    def _store(self, full: tuple, model: Any, threads: int) -> _Entry:
         import onnxruntime as ort
 
-        from multiact.onnx_export import to_onnx
-
-        spec = OPS[op]
-        grad: bool | str = spec.param_grad[0] if direction == "param_grad" else _DIRECTION_GRAD[direction]
-        model = to_onnx(op, dtype=dtype, grad=grad, from_output=direction == "backward_y", **params)
         sess = ort.InferenceSession(model.SerializeToString(), session_options(threads),
                                     providers=self._providers(), disabled_optimizers=_DISABLED_OPTIMIZERS)
-        inputs = tuple(i.name for i in model.graph.input)
-        e = _Entry(sess, inputs, model.graph.output[0].name)
+        e = _Entry(sess, tuple(i.name for i in model.graph.input), tuple(o.name for o in model.graph.output))
         with self._lock:
             self._sessions[full] = e
             while len(self._sessions) > _MAX_SESSIONS:
@@ -138,6 +172,8 @@ class Runner:
         return e
 
     def kernel(self, key: str, direction: str, dtype: str) -> Callable:
+        if is_gated(key):
+            return self._gated_kernel(key, direction, dtype)
         op = KEYS[key].name  # one graph per op: a variant's parameter is one of its parameters
         if op == "prelu":
             return self._prelu_kernel(direction, dtype)
@@ -163,6 +199,32 @@ class Runner:
             tmp = np.empty(out.size, dtype=out.dtype)
             e.run([np.ascontiguousarray(a).reshape(-1) for a in arrays], tmp)
             np.copyto(out, tmp.reshape(out.shape))
+
+        return run
+
+    def _gated_kernel(self, key: str, direction: str, dtype: str) -> Callable:
+        """gated:<act>: forward (gate, up, out, p), backward (dy, gate, up, dgate, dup, p)."""
+        family, act, _ = FAMILY_KEYS[key]
+        names = tuple(q.name for q in act.scalar_params) + family.scalars
+        entry = self.entry
+        n_in = 3 if direction == "backward" else 2
+
+        def run(*args: Any) -> None:
+            *arrays, p = args
+            ins, outs = arrays[:n_in], arrays[n_in:]
+            if outs[0].size == 0:
+                return
+            e = entry(key, direction, dtype, tuple([p[n] for n in names]), {n: p[n] for n in names})
+            views = flat_views(*ins, *outs)
+            # one output is written last, after every read of the inputs, so in place is safe; two are not
+            if views is not None and (len(outs) == 1 or not _aliased(ins, outs)):
+                e.run_into(views[:n_in], views[n_in:])
+                return
+            flat_in = [np.ascontiguousarray(a).reshape(-1) for a in ins]
+            tmps = [np.empty(o.size, dtype=o.dtype) for o in outs]
+            e.run_into(flat_in, tmps)
+            for o, t in zip(outs, tmps, strict=True):
+                np.copyto(o, t.reshape(o.shape))
 
         return run
 
@@ -219,3 +281,8 @@ class Runner:
             return float(e.run(ins, None).numpy())
 
         return grad
+
+
+def _aliased(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> bool:
+    """Whether an output may share memory with an input (bounds only: cheap, never misses one)."""
+    return any(np.may_share_memory(o, a) for o in outs for a in ins)

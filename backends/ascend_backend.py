@@ -7,6 +7,9 @@
 - NumPy arrays, on request (`backend="ascend"`): multiact's ONNX graphs on ONNX Runtime's
   CANNExecutionProvider (package onnxruntime-cann), through the same session code as the
   `onnxruntime` backend with only the provider list changed.
+- The gated family's kernels (gated:<act>, two inputs; the backward writes two outputs) run on both
+  paths: the ONNX Runtime backends' graphs for NumPy arrays; for tensors, the activation's torch
+  function on the clipped gate times the clipped up, backward through autograd.
 
 Detection does not trust `get_available_providers()` (onnxruntime-cann lists CANN with no NPU):
 it looks for the CANN runtime (libascendcl.so) and the driver tool (npu-smi), then creates a
@@ -26,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from multiact.optable import KEYS, OPS
+from multiact.optable import FAMILY_KEYS, KEYS, OPS
 
-from ._ort_sessions import Runner
+from ._ort_sessions import Runner, is_gated
 from ._ort_sessions import supports as _ort_supports
 
 NAME = "ascend"
@@ -163,7 +166,7 @@ def _is_torch(a: Any) -> bool:
 
 def kernel(key: str, direction: str, dtype: str) -> Callable:
     ort_kernel = _runner.kernel(key, direction, dtype)
-    torch_kernel = _torch_kernel(KEYS[key].name, direction)
+    torch_kernel = _torch_gated_kernel(key, direction) if is_gated(key) else _torch_kernel(KEYS[key].name, direction)
 
     def run(*args: Any) -> Any:
         return torch_kernel(*args) if _is_torch(args[0]) else ort_kernel(*args)
@@ -248,3 +251,36 @@ def _torch_kernel(op: str, direction: str) -> Callable:
         return contrib.sum(dim=others).double().cpu().numpy().reshape(w.shape)
 
     return {"forward": forward, "backward": backward, "backward_y": backward_y, "param_grad": param_grad}[direction]
+
+
+def _torch_gated_kernel(key: str, direction: str) -> Callable:
+    """gated:<act> for torch tensors: act(min(gate, limit)) * (clamp(up, -limit, limit) + shift) with the
+    activation's torch function (on an NPU, CANN's kernels); the backward is autograd of the same, which
+    gives 0 where the clip is hit (torch.where passes no gradient to the branch it did not take)."""
+    act = FAMILY_KEYS[key][1].name
+
+    def gated(gate, up, p):
+        torch = sys.modules["torch"]
+        limit = p["limit"]
+        if limit != float("inf"):
+            gate = torch.where(gate > limit, torch.full_like(gate, limit), gate)
+            up = torch.where(up > limit, torch.full_like(up, limit),
+                             torch.where(up < -limit, torch.full_like(up, -limit), up))
+            if p["shift"]:
+                up = up + p["shift"]
+        return _torch_forward(act, p)(gate) * up
+
+    def forward(gate, up, out, p):
+        torch = sys.modules["torch"]
+        with torch.no_grad():
+            out.copy_(gated(gate, up, p))
+
+    def backward(dy, gate, up, dgate, dup, p):
+        torch = sys.modules["torch"]
+        with torch.enable_grad():
+            g, u = gate.detach().requires_grad_(True), up.detach().requires_grad_(True)
+            dg, du = torch.autograd.grad(gated(g, u, p), (g, u), dy)
+        dgate.copy_(dg)
+        dup.copy_(du)
+
+    return {"forward": forward, "backward": backward}[direction]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -173,3 +174,169 @@ def _to_host(value: Any) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor
         return value.detach().cpu().numpy()
     return np.asarray(value)
+
+
+# ---- the gated family -------------------------------------------------------------------------------
+
+
+def _no_out(fn: str, out: Any) -> None:
+    if out is not None:
+        raise TypeError(
+            f"{fn}: out= is not supported for Dask arrays: the result is lazy; use the returned array "
+            "(da.store writes it into an existing array)"
+        )
+
+
+def _call_state(call: Any) -> tuple:
+    """What a chunk needs to rebuild the GatedCall: plain values that pickle (worker processes)."""
+    return (call.act.name, dict(call.act_p), call.key, dict(call.kp), call.dim, call.gate_first, call.layout)
+
+
+def _rebuild(state: tuple) -> Any:
+    from .gated import GatedCall
+
+    act, act_p, key, kp, dim, gate_first, layout = state
+    return GatedCall(OPS[act], act_p, key, kp, dim, gate_first, layout)
+
+
+def _gated_dim(fn: str, call: Any, x: da.Array) -> int:
+    """The normalised dim of the one-input form, checked now (range, even and known length)."""
+    from . import gated
+
+    ndim = x.ndim
+    if ndim and -ndim <= call.dim < ndim and math.isnan(x.shape[call.dim % ndim]):
+        raise ValueError(f"{fn}: x.shape[{call.dim}] is unknown (NaN chunks); the gated ops split x along dim, "
+                         "so its length must be known: x.compute_chunk_sizes() first")
+    return gated._axis(fn, tuple(x.shape), call.dim, call.layout)
+
+
+def _gated_checks(fn: str, cdef: Any, call: Any, arrays: dict[str, da.Array], backend: str | None) -> None:
+    from . import gated
+
+    if backend is not None:
+        registry.check_name(backend)  # a typo fails now; availability is each worker's own question
+    _check(fn.split("(")[0], arrays)
+    gated._check_precision(call, next(iter(arrays.values())).dtype, fn)
+
+
+def call_gated(cdef: Any, call: Any, x: Any, up: Any, out: Any, backend: str | None) -> da.Array:
+    """The lazy y of a gated op (forward) on Dask arrays; `call` is the checked gated.GatedCall.
+
+    One-input form: x is rechunked so each chunk holds the whole `dim` axis; y has x's chunks but
+    one chunk of half x's length along dim.  Two-input form: x (the gate or up, as `activate` says)
+    and up are aligned blockwise like an elementwise op's arrays."""
+    from . import gated
+
+    fn = gated.label(cdef, "forward")
+    _no_out(fn, out)
+    arrays = {"x": _dask(x)} if up is None else {"x": _dask(x), "up": _dask(up)}
+    _gated_checks(fn, cdef, call, arrays, backend)
+    prefs = registry.preference_key()
+    state = _call_state(call)
+    xd = arrays["x"]
+    ind = tuple(range(xd.ndim))
+    token = f"multiact-{cdef.name}-forward"
+    if up is None:
+        dim = _gated_dim(fn, call, xd)
+        xd = xd.rechunk({dim: -1})
+        chunk = functools.partial(_gated_forward_chunk, fn, state, False, backend, prefs)
+        return da.blockwise(chunk, ind, xd, ind, dtype=xd.dtype, meta=xd._meta, token=token,
+                            adjust_chunks={dim: lambda n: n // 2})
+    chunk = functools.partial(_gated_forward_chunk, fn, state, True, backend, prefs)
+    return da.blockwise(chunk, ind, xd, ind, arrays["up"], ind, dtype=xd.dtype, meta=xd._meta, token=token)
+
+
+def call_gated_grad(cdef: Any, call: Any, dy: Any, x: Any, up: Any, out: Any, backend: str | None) -> Any:
+    """The lazy backward of a gated op on Dask arrays: dx (one-input form: x's shape, x rechunked to
+    whole `dim` chunks, dy to match) or the pair (dgate, dup) for the two-input form (aligned)."""
+    from . import gated
+
+    fn = gated.label(cdef, "backward")
+    _no_out(fn, out)
+    prefs = registry.preference_key()
+    state = _call_state(call)
+    token = f"multiact-{cdef.name}-backward"
+    if up is None:
+        xd, dyd = _dask(x), _dask(dy)
+        _gated_checks(fn, cdef, call, {"x": xd}, backend)
+        dim = _gated_dim(fn, call, xd)
+        half = tuple(n // 2 if i == dim else n for i, n in enumerate(xd.shape))
+        _check(fn.split("(")[0], {"the result": _Shape(xd.dtype, half), "dy": dyd})
+        xd = xd.rechunk({dim: -1})
+        dyd = dyd.rechunk({dim: -1})
+        ind = tuple(range(xd.ndim))
+        # dy's dim axis has a label of its own (half x's length, one chunk): concatenate=True hands the block
+        dy_ind = tuple(xd.ndim if i == dim else i for i in ind)
+        chunk = functools.partial(_gated_backward_chunk, fn, state, False, backend, prefs)
+        return da.blockwise(chunk, ind, dyd, dy_ind, xd, ind, dtype=xd.dtype, meta=xd._meta, token=token,
+                            concatenate=True)
+    arrays = {"dy": _dask(dy), "x": _dask(x), "up": _dask(up)}
+    _gated_checks(fn, cdef, call, arrays, backend)
+    ind = tuple(range(arrays["x"].ndim))
+    chunk = functools.partial(_gated_backward_chunk, fn, state, True, backend, prefs)
+    # both results of a block in one array, (2, *block): one pass per chunk, then two lazy views
+    both = da.blockwise(chunk, (-1, *ind), arrays["dy"], ind, arrays["x"], ind, arrays["up"], ind,
+                        new_axes={-1: 2}, dtype=arrays["x"].dtype,
+                        meta=np.empty((0,) * (len(ind) + 1), arrays["x"].dtype), token=token)
+    return both[0], both[1]
+
+
+class _Shape:
+    """A dtype and shape for _check (the result of a one-input forward, which dy must match)."""
+
+    def __init__(self, dtype: Any, shape: tuple[int, ...]):
+        self.dtype, self.shape = dtype, shape
+
+
+def _dask(a: Any) -> da.Array:
+    """A Dask array of a call's argument (the dispatcher sends here when any of them is one)."""
+    return a if isinstance(a, da.Array) else da.from_array(_arrays.as_host_array(a, "array"))
+
+
+def _gated_forward_chunk(fn: str, state: tuple, two: bool, backend: str | None, prefs: tuple, x: Any,
+                         up: Any = None) -> Any:
+    """One chunk of a gated forward: the kernel path of a plain call (gated.forward without re-resolving)."""
+    from . import gated
+
+    call = _rebuild(state)
+    with _preferences(prefs):
+        kind = dispatch._kind(x)
+        if kind != "numpy":
+            return gated._forward_device(fn, call, kind, x, up, None, backend)
+        xa, gate, upv = gated._host_views(fn, call, x, up)
+        mod, kernel = registry.resolve(call.key, "forward", xa.dtype.name, "numpy", backend)
+        res = np.empty(gate.shape, xa.dtype)
+        dispatch._run(mod, kernel, gated._Label(fn, call), "forward", xa.dtype.name, (gate, upv, res), call.kp)
+        return res
+
+
+def _gated_backward_chunk(fn: str, state: tuple, two: bool, backend: str | None, prefs: tuple, dy: Any, x: Any,
+                          up: Any = None) -> Any:
+    """One chunk of a gated backward: dx (one-input form) or (dgate, dup) stacked on a new first axis."""
+    from . import gated
+
+    call = _rebuild(state)
+    with _preferences(prefs):
+        kind = dispatch._kind(x)
+        if kind != "numpy":
+            res = gated._backward_device(fn, call, kind, dy, x, up, None, backend)
+            if not two:
+                return res
+            return _xp(res[0]).stack(res)
+        xa, gate, upv = gated._host_views(fn, call, x, up)
+        dya = _arrays.as_host_array(dy, f"{fn}: dy")
+        mod, kernel = registry.resolve(call.key, "backward", xa.dtype.name, "numpy", backend)
+        if two:  # in the order of the arguments (x, up), whichever of them is the gate
+            res = np.empty((2, *xa.shape), xa.dtype)
+            dgate, dup = gated._pair(call, res[0], res[1])
+        else:
+            res = np.empty_like(xa)
+            dgate, dup = gated._pair(call, *gated.split(res, call.dim % xa.ndim, call.layout))
+        dispatch._run(mod, kernel, gated._Label(fn, call), "backward", xa.dtype.name, (dya, gate, upv, dgate, dup),
+                      call.kp)
+        return res
+
+
+def _xp(a: Any) -> Any:
+    """The array module of a device block (CuPy), for stacking the pair."""
+    return sys.modules[type(a).__module__.split(".")[0]]

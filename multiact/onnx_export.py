@@ -12,7 +12,8 @@ float64 Erf or Cosh and its float64 Sigmoid underflows.  Piecewise-linear ops co
 float16 models compute in float32 (or float64) and round once, as the rest of multiact does.
 
 Models take 1-D inputs of dynamic length ("N"): callers flatten.  prelu takes x as
-(outer, channels, inner) and the weight as (channels or 1, 1).  `onnx` is imported lazily.
+(outer, channels, inner) and the weight as (channels or 1, 1).  The gated ops (glu, swiglu, geglu,
+reglu) take x of any rank and split it along `dim` inside the graph.  `onnx` is imported lazily.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ _DEVIATIONS = {
 }
 
 _F64_MAX = float(np.finfo(np.float64).max)
+_F32_MAX = float(np.finfo(np.float32).max)
 _TANHSHRINK_SERIES_BELOW = 0.5
 _TANHSHRINK_TERMS = 12  # (2x/pi)^2 <= 0.1 per term below 0.5: 1e-12 relative
 
@@ -92,7 +94,7 @@ class _Graph:
         self.ct = np.dtype(ct)
         self.nodes: list[Any] = []
         self.inits: list[Any] = []
-        self._consts: dict[tuple[str, float], str] = {}
+        self._consts: dict[tuple[str, Any], str] = {}
         self._n = 0
 
     def op(self, op_type: str, *inputs: str, **attrs: Any) -> str:
@@ -113,6 +115,17 @@ class _Graph:
             with np.errstate(over="ignore"):  # beyond float16's range is inf there, as the kernels round it
                 value = np.array(v, dtype=dt)
             self.inits.append(numpy_helper.from_array(value, name))
+            self._consts[key] = name
+        return self._consts[key]
+
+    def ints(self, *values: int) -> str:
+        """A 1-D int64 initializer (Slice's starts/ends/axes/steps, Unsqueeze's axes)."""
+        from onnx import numpy_helper
+
+        key = ("int64[]", ",".join(map(str, values)))
+        if key not in self._consts:
+            name = f"c{len(self._consts)}_int64s"
+            self.inits.append(numpy_helper.from_array(np.array(values, dtype=np.int64), name))
             self._consts[key] = name
         return self._consts[key]
 
@@ -251,8 +264,8 @@ def _gelu_tanh_parts(g: _Graph, x: str) -> tuple[str, str, str]:
 
 
 def _fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str:
-    if op == "relu":
-        return g.keepnan(x, g.op("Max", x, g.c(0.0)))
+    if op == "relu":  # the reference's formula: x = -0 stays -0 (Max(-0, 0) would give +0), NaN stays
+        return g.where(g.lt(x, 0.0), 0.0, x)
     if op == "relu6":
         return g.clip(x, 0.0, 6.0)
     if op == "hardtanh":
@@ -481,10 +494,21 @@ def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, from_o
     Inputs are 1-D of any length (prelu: x as (outer, channels, inner), weight as (channels or 1, 1)).
     `grad="beta"` (swish) and `grad="weight"` (prelu) export the parameter gradient: inputs
     `dy`, `x`; output `dparam` in float64 (swish: the sum over all elements; prelu: one per channel).
+
+    The gated ops (glu, swiglu, geglu, reglu, with their parameters: act and its parameters, activate,
+    layout, dim, alpha, limit, approximate) take one input `x` with `ndim` dynamic dims (keyword
+    `ndim`, default 2: (tokens, 2 * hidden); ONNX needs a rank, the graph itself is the same for any),
+    split along `dim` inside the graph (halves or interleaved; an odd x.shape[dim] fails in the
+    session), and give `y` (half of x along dim); `grad=True` takes `dy` (y's shape) and `x` and gives
+    `dx` (x's shape, both halves).
     """
     import onnx
     from onnx import helper
 
+    from ._opdefs import COMPOSITE_DEFINITIONS
+
+    if isinstance(op, str) and op in COMPOSITE_DEFINITIONS:
+        return _gated_to_onnx(COMPOSITE_DEFINITIONS[op], dtype, grad, from_output, params)
     spec = _spec(op)
     if dtype not in DTYPES:
         raise ValueError(f"to_onnx(): dtype must be one of {DTYPES}, got {dtype!r}")
@@ -551,3 +575,161 @@ def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, from_o
     model.ir_version = IR_VERSION
     onnx.checker.check_model(model)
     return model
+
+
+# ---- the gated family (glu, swiglu, geglu, reglu): the activation's graph on the gate, times up ------
+
+# ONNX has SwiGLU since opset 28 (Y = Swish_alpha(A) * B, two inputs of one shape).  ONNX Runtime 1.32's
+# CPU provider cannot run it: a session expands the function into Swish (opset 24), which it has no
+# kernel for ("NOT_IMPLEMENTED: Could not find an implementation for Swish(24)"), in float16, float32 and
+# float64 alike (measured with onnx 1.23.2 / onnxruntime 1.32.0; tests/test_gated_onnx.py re-measures
+# it).  So every gated graph is a composite at opset 20: the activation's own graph (_fwd / _bwd, never
+# restated here) on the clipped gate, times the clipped up, all in float64 and rounded once, which
+# keeps the product within the activation's bound + 1 ulp (float16 and float32 results).
+SWIGLU_NOTE = ("ONNX's SwiGLU (opset 28) does not run on ONNX Runtime 1.32 (no kernel for the Swish(24) it "
+               "expands into); the gated graphs are the activation's graph times the other half")
+_GATED_CT = "float64"
+
+
+def _gated_clip(g: _Graph, gate: str, up: str, kp: dict) -> tuple[str, str]:
+    """(min(gate, limit), clamp(up, -limit, limit) + shift); NaN stays NaN (Where, not Min/Clip, whose
+    NaN handling ONNX leaves open); nothing at all without a limit."""
+    limit = kp["limit"]
+    if limit == math.inf:
+        return gate, up
+    gc = g.where(g.gt(gate, limit), limit, gate)
+    uc = g.where(g.gt(up, limit), limit, g.where(g.lt(up, -limit), -limit, up))
+    return gc, (g.add(uc, kp["shift"]) if kp["shift"] else uc)
+
+
+def _held(g: _Graph, v: str) -> str:
+    """v as a float32 kernel holds it: +-inf beyond float32's range (float16 and float32 kernels compute
+    in float32, so act(g) and dy * u overflow there, as PyTorch's silu(a) * b does), else v unrounded."""
+    return g.where(g.gt(g.abs(v), _F32_MAX), g.mul(v, math.inf), v)
+
+
+def _gated_fwd(g: _Graph, act: str, kp: dict, gate: str, up: str) -> str:
+    gc, uc = _gated_clip(g, gate, up, kp)
+    return g.mul(_held(g, _fwd(g, act, gc, kp, None)), uc)
+
+
+def _gated_bwd(g: _Graph, act: str, kp: dict, dy: str, gate: str, up: str) -> tuple[str, str]:
+    """(dgate, dup) = (act_backward(dy * u, g), dy * act(g)), zero where the clip is hit."""
+    gc, uc = _gated_clip(g, gate, up, kp)
+    dgate = _bwd(g, act, _held(g, g.mul(dy, uc)), gc, kp, None)
+    dup = g.mul(dy, _held(g, _fwd(g, act, gc, kp, None)))
+    limit = kp["limit"]
+    if limit != math.inf:
+        dgate = g.where(g.gt(gate, limit), 0.0, dgate)
+        dup = g.where(g.gt(g.abs(up), limit), 0.0, dup)
+    return dgate, dup
+
+
+def _gated_params(kp: dict) -> dict:
+    """The kernel parameters with floats rounded to float32, as every backend decides with them."""
+    return {k: float(np.float32(v)) if isinstance(v, float) and math.isfinite(v) else v for k, v in kp.items()}
+
+
+def _gated_model(g: _Graph, name: str, dtype: str, inputs: list, outputs: list[tuple[str, str, Any]], doc: str):
+    """The model of a gated graph: each (graph value, output name, shape) cast once to dtype."""
+    import onnx
+    from onnx import helper
+
+    elem = _elem(dtype)
+    for value, out_name, _ in outputs:
+        g.nodes.append(helper.make_node("Cast", [value], [out_name], to=elem))
+    graph = helper.make_graph(g.nodes, name, inputs,
+                              [helper.make_tensor_value_info(n, elem, shape) for _, n, shape in outputs], g.inits,
+                              doc_string=doc)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="multiact")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model
+
+
+def gated_kernel_onnx(key: str, direction: str, dtype: str, kp: dict):
+    """The `gated:<act key>` kernel of the ONNX Runtime backends: 1-D inputs of one dynamic length,
+    `gate`, `up` (backward: `dy`, `gate`, `up`), outputs `y` (backward: `dgate`, `dup`).  kp holds the
+    activation's validated parameters and the family's scalars (limit, shift)."""
+    from onnx import helper
+
+    from .optable import FAMILY_KEYS
+
+    if dtype not in DTYPES:
+        raise ValueError(f"gated_kernel_onnx(): dtype must be one of {DTYPES}, got {dtype!r}")
+    _, act, _ = FAMILY_KEYS[key]
+    p = _gated_params(kp)
+    g = _Graph(_GATED_CT)
+    names = ("dy", "gate", "up") if direction == "backward" else ("gate", "up")
+    inputs = [helper.make_tensor_value_info(n, _elem(dtype), ["N"]) for n in names]
+    v = {n: g.op("Cast", n, to=_elem(_GATED_CT)) for n in names}
+    if direction == "backward":
+        dgate, dup = _gated_bwd(g, act.name, p, v["dy"], v["gate"], v["up"])
+        outputs = [(dgate, "dgate", ["N"]), (dup, "dup", ["N"])]
+    else:
+        outputs = [(_gated_fwd(g, act.name, p, v["gate"], v["up"]), "y", ["N"])]
+    settings = ", ".join(f"{k}={val!r}" for k, val in p.items())
+    return _gated_model(g, f"multiact_{key.replace(':', '_')}_{direction}", dtype, inputs, outputs,
+                        f"multiact {key}({settings}) {direction}, {dtype}")
+
+
+def _gated_to_onnx(cdef: Any, dtype: str, grad: Any, from_output: bool, params: dict):
+    """to_onnx() of a gated op: the one-input form, x of any rank split along dim in the graph."""
+    from onnx import helper
+
+    from . import gated
+
+    fn = "to_onnx()"
+    if dtype not in DTYPES:
+        raise ValueError(f"{fn}: dtype must be one of {DTYPES}, got {dtype!r}")
+    if grad not in (False, True) or from_output:
+        raise ValueError(f"{fn}: {cdef.name} exports its forward or, with grad=True, dx from (dy, x); "
+                         "it has no parameter gradient and no backward from the output")
+    params = dict(params)
+    ndim = params.pop("ndim", 2)
+    if isinstance(ndim, bool) or not isinstance(ndim, int | np.integer) or ndim < 1:
+        raise ValueError(f"{fn}: ndim (the rank of x) must be an int >= 1, got {ndim!r}")
+    ndim = int(ndim)
+    own = {k: v for k, v in params.items() if k in cdef.param_names}
+    extra = {k: v for k, v in params.items() if k not in cdef.param_names}
+    call = gated.resolve(cdef, own, extra, fn)
+    if not -ndim <= call.dim < ndim:
+        raise ValueError(f"{fn}: dim {call.dim} is out of range for x with {ndim} dims (ndim={ndim})")
+    gated._check_precision(call, np.dtype(dtype), fn)
+    p = _gated_params(call.kp)
+    dim = call.dim
+    g = _Graph(_GATED_CT)
+    elem = _elem(dtype)
+    x = g.op("Cast", "x", to=_elem(_GATED_CT))
+    if call.layout == "interleaved":
+        big = np.iinfo(np.int64).max
+        first = g.op("Slice", x, g.ints(0), g.ints(big), g.ints(dim), g.ints(2))
+        second = g.op("Slice", x, g.ints(1), g.ints(big), g.ints(dim), g.ints(2))
+    else:
+        first, second = f"{x}_first", f"{x}_second"
+        g.nodes.append(helper.make_node("Split", [x], [first, second], axis=dim, num_outputs=2))
+    gate, up = (first, second) if call.gate_first else (second, first)
+    # every dim dynamic; the split axis is "D" in x and "H" (its half) in y
+    axis = dim % ndim
+    x_shape = [("D" if i == axis else f"d{i}") for i in range(ndim)]
+    y_shape = [("H" if i == axis else f"d{i}") for i in range(ndim)]
+    inputs = ([helper.make_tensor_value_info("dy", elem, y_shape)] if grad else []) + [
+        helper.make_tensor_value_info("x", elem, x_shape)]
+    if grad:
+        dgate, dup = _gated_bwd(g, call.act.name, p, g.op("Cast", "dy", to=_elem(_GATED_CT)), gate, up)
+        dfirst, dsecond = (dgate, dup) if call.gate_first else (dup, dgate)
+        if call.layout == "interleaved":  # stack the pairs on a new axis after dim, then merge the two
+            after = axis + 1
+            pair = g.op("Concat", g.op("Unsqueeze", dfirst, g.ints(after)),
+                        g.op("Unsqueeze", dsecond, g.ints(after)), axis=after)
+            dx = g.op("Reshape", pair, g.op("Shape", "x"))
+        else:
+            dx = g.op("Concat", dfirst, dsecond, axis=axis)
+        outputs = [(dx, "dx", x_shape)]
+    else:
+        outputs = [(_gated_fwd(g, call.act.name, p, gate, up), "y", y_shape)]
+    what = "backward" if grad else "forward"
+    settings = ", ".join(f"{k}={v!r}" for k, v in {**own, **extra, "ndim": ndim}.items())
+    return _gated_model(g, f"multiact_{cdef.name}_{what}", dtype, inputs, outputs,
+                        f"multiact {cdef.name}({settings}) [{call.key}, {p}] {what}, {dtype}; x split along dim "
+                        f"{dim} ({call.layout}); {SWIGLU_NOTE}")
