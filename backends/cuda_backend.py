@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from multiact.optable import DIRECTIONS as _DIRECTIONS
+from multiact.optable import FAMILY_KEYS as _FAMILY_KEYS
 from multiact.optable import KEYS as _KEYS
 
 from . import formulas as _F
@@ -154,7 +155,11 @@ def info() -> dict[str, Any]:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
-    return dtype in _DTYPES and key in _KEYS and _KEYS[key].has(direction)
+    if dtype not in _DTYPES:
+        return False
+    if key in _FAMILY_KEYS:
+        return direction in _FAMILY_IO and _F.family_formulas(key) is not None
+    return key in _KEYS and _KEYS[key].has(direction)
 
 
 # ---- arrays of the caller's kind ---------------------------------------------------------------------------
@@ -580,6 +585,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         raise ValueError(f"cuda backend has no kernel for {key} {direction} {dtype}")
     if direction == "param_grad":
         return _swish_beta_grad if key == "swish" else _prelu_weight_grad
+    if key in _FAMILY_KEYS:
+        return _family_kernel(key, direction, dtype)
     compute = _compute(key, direction, dtype)
     if key == "prelu":
         return _prelu_forward if direction == "forward" else _prelu_backward
@@ -595,6 +602,130 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
 
     run.__name__ = f"cuda_{key}_{direction}_{dtype}"
     return run
+
+
+# ---- composite families (gated:<act>): two inputs, one output forward, two backward ------------------------------
+# The family's scalar function (formulas.build_family: the activation's own forward and backward formulas) in a
+# grid-stride loop of one thread per element: a flat loop when every operand is contiguous, else the 4-D
+# strided loop of `_run` over base arrays (halves and interleaved views are strided views of x).  float16
+# data is computed in float32 (float64 where formulas.WIDE says so for either of the activation's formulas
+# the kernel uses) and rounded once on store; every input of an element is read before its results are stored.
+
+_FAMILY_IO = {"forward": (2, 1), "backward": (3, 2)}  # (inputs, outputs) per direction
+_FAMILY_NAMES = {"forward": ("gate", "up"), "backward": ("dy", "gate", "up")}
+
+
+def _family_compute(key: str, direction: str, dtype: str) -> str:
+    act = _FAMILY_KEYS[key][2]
+    uses = ("forward",) if direction == "forward" else ("forward", "backward")
+    wide = any((act, d) in _F.WIDE for d in uses)
+    return "float64" if dtype == "float64" or wide else "float32"
+
+
+@cache
+def _family_formulas(key: str, compute: str):
+    from numba import cuda
+
+    t = np.float64 if compute == "float64" else np.float32
+    return _F.build_family(cuda.jit(device=True, inline="always"), t, _formulas(compute), key)
+
+
+def _family_source(nin: int, nout: int, contiguous: bool) -> str:
+    ins, outs = [f"u{k}" for k in range(nin)], [f"w{k}" for k in range(nout)]
+    if contiguous:
+        at = {name: f"{name}[i]" for name in ins + outs}
+        args = ", ".join(ins + outs)
+        head = [f"def kern({args}, a, b, lim, sh):", "    start = cuda.grid(1)", "    step = cuda.gridsize(1)",
+                f"    for i in range(start, {outs[0]}.shape[0], step):"]
+    else:
+        idx = "{o} + i0 * {s}[0] + i1 * {s}[1] + i2 * {s}[2] + i3 * {s}[3]"
+        at = {name: f"{name}[" + idx.format(o=f"o_{name}", s=f"s_{name}") + "]" for name in ins + outs}
+        args = ", ".join(f"{n}, o_{n}, s_{n}" for n in ins + outs)
+        head = [f"def kern({args}, shp, a, b, lim, sh):", "    n1 = shp[1]", "    n2 = shp[2]", "    n3 = shp[3]",
+                "    n = shp[0] * n1 * n2 * n3", "    start = cuda.grid(1)", "    step = cuda.gridsize(1)",
+                "    for i in range(start, n, step):", "        i3 = i % n3", "        t = i // n3",
+                "        i2 = t % n2", "        t = t // n2", "        i1 = t % n1", "        i0 = t // n1"]
+    vals = ", ".join(f"T({at[n]})" for n in ins)
+    if nout == 1:
+        body = [f"        {at[outs[0]]} = f({vals}, a, b, lim, sh)"]
+    else:
+        res = ", ".join(f"r{k}" for k in range(nout))
+        body = [f"        {res} = f({vals}, a, b, lim, sh)"] + [f"        {at[o]} = r{k}" for k, o in enumerate(outs)]
+    return "\n".join(head + body) + "\n"
+
+
+@cache
+def _family_py(key: str, direction: str, compute: str, contiguous: bool) -> Callable:
+    """The grid-stride kernel of one composite key and direction, as a Python function (what cuda.jit and
+    compile_ptx compile)."""
+    from numba import cuda
+
+    g = {"cuda": cuda, "f": getattr(_family_formulas(key, compute), direction),
+         "T": np.float64 if compute == "float64" else np.float32}
+    exec(compile(_family_source(*_FAMILY_IO[direction], contiguous), f"<multiact cuda {key} {direction}>", "exec"), g)
+    return g["kern"]
+
+
+@cache
+def _family_jit(key: str, direction: str, compute: str, contiguous: bool) -> Any:
+    from numba import cuda
+
+    return cuda.jit(_family_py(key, direction, compute, contiguous))
+
+
+def _family_arg_types(dtype: str, contiguous: bool, nops: int) -> tuple:
+    from numba import types
+
+    arr, i64, f64 = types.Array(getattr(types, dtype), 1, "C"), types.int64, types.float64
+    if contiguous:
+        return (arr,) * nops + (f64,) * 4
+    t4 = types.UniTuple(i64, 4)
+    return (arr, i64, t4) * nops + (t4,) + (f64,) * 4
+
+
+def _family_builds() -> list[tuple[str, str, str]]:
+    """(key, direction, dtype) of every composite kernel, backward first (what a representative pick takes)."""
+    return [(key, direction, dtype) for key in _FAMILY_KEYS for direction in ("backward", "forward")
+            for dtype in _DTYPES if supports(key, direction, dtype)]
+
+
+def _family_kernel(key: str, direction: str, dtype: str) -> Callable:
+    nin, nout = _FAMILY_IO[direction]
+    compute = _family_compute(key, direction, dtype)
+    names = _FAMILY_NAMES[direction]
+
+    def run(*args: Any) -> None:
+        *arrays, p = args
+        descs = [_Desc(a) for a in arrays]
+        ins, outs = descs[:nin], descs[nin:]
+        for od in outs:
+            _check_out(key, od, dict(zip(names, ins, strict=True)))
+        if nout == 2 and math.prod(outs[0].shape) and _shares_memory(outs[0], outs[1]):
+            raise ValueError(f"{key}: the two outputs overlap; they must be separate arrays")
+        _run_family(key, direction, compute, descs, nout, _F.family_params(key, p, dtype))
+
+    run.__name__ = f"cuda_{key.replace(':', '_')}_{direction}_{dtype}"
+    return run
+
+
+def _run_family(key: str, direction: str, compute: str, descs: list[_Desc], nout: int, params: tuple) -> None:
+    out = descs[-1]
+    n = math.prod(out.shape)
+    if n == 0:
+        return
+    with _OnDevice(out.obj), _quiet():
+        stream = _stream_for(descs)
+        plan = _Plan(descs, out.shape, [d.strides for d in descs])
+        grid, block = _grid(n)
+        if plan.contiguous:
+            _family_jit(key, direction, compute, True)[grid, block, stream](*plan.arrays, *params)
+            return
+        k = _family_jit(key, direction, compute, False)
+        for offs in plan.launches():
+            args = []
+            for i in range(len(descs)):
+                args += [plan.bases[i], offs[i], plan.strides4[i]]
+            k[_grid(math.prod(plan.shape4))[0], block, stream](*args, plan.shape4, *params)
 
 
 # ---- prelu: the weight as a broadcast operand ------------------------------------------------------------------
@@ -830,6 +961,7 @@ class Build(NamedTuple):
     pyfunc: Callable
     argtypes: tuple
     dispatcher: Callable[[], Any]
+    family: str = ""  # a composite family's kernel ("gated"), else ""
 
 
 _ELEMENTWISE = tuple(d for d in _DIRECTIONS if d != "param_grad")
@@ -888,6 +1020,15 @@ def builds() -> list[Build]:
             for dtype in _DTYPES:
                 out.append(Build(f"{src}.{dtype}.strided", src, "strided", dtype, "float64", (f"{key} param_grad",),
                                  _reducer_py(key), _reduction_types(dtype), lambda key=key: _reducer(key)))
+    for key, direction, dtype in _family_builds():
+        nin, nout = _FAMILY_IO[direction]
+        compute = _family_compute(key, direction, dtype)
+        for layout in ("strided", "contiguous"):
+            args = (key, direction, compute, layout == "contiguous")
+            out.append(Build(f"{key}.{direction}.{dtype}.{layout}", key, layout, dtype, compute,
+                             (f"{key} {direction}",), _family_py(*args),
+                             _family_arg_types(dtype, layout == "contiguous", nin + nout),
+                             lambda args=args: _family_jit(*args), family=key.split(":", 1)[0]))
     acc = types.Array(types.float64, 1, "C")
     fill, cast = _fill_cast_py()
     out.append(Build("fill.float64.contiguous", "fill", "contiguous", "float64", "float64", ("param_grad",), fill,

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 import multiact.reference as _ref
-from multiact.optable import KEYS, OPS
+from multiact.optable import FAMILY_KEYS, KEYS, OPS
 
 # CUDA computes these (op, direction) in float64 for float16/float32 data and rounds once: with
 # libdevice's float32 error bounds (expf/tanhf 2 ulp) their float32 versions come too close to the
@@ -579,6 +579,69 @@ def prelu_weight_term(dy, x, a, b):
     return 0.0 if x > 0.0 else x * dy
 
 
+# ---- composite families: an activation's two formulas composed with another input ------------------------------
+# Templates, not formulas: `act` and `act_grad` are bound per activation when they are compiled (`build_family`),
+# so a gated kernel is the activation's own forward and backward formulas and nothing restated.  `limit` and
+# `shift` arrive as float64 (rounded to float32 by the caller below float64) and are used in T.
+
+
+def _family(f: FunctionType) -> FunctionType:
+    _FAMILY[f.__name__] = f
+    return f
+
+
+_FAMILY: dict[str, FunctionType] = {}
+act = act_grad = Any
+
+
+@_family
+def gated_clip(gate, up, limit, shift):
+    """(min(gate, limit), clamp(up, -limit, limit) + shift) in T; NaN passes both; no shift when it is 0 (so
+    up = -0 stays -0); limit = inf clips nothing."""
+    lim = T(limit)
+    g = lim if gate > lim else gate
+    u = lim if up > lim else (-lim if up < -lim else up)
+    return g, (u if shift == 0.0 else u + T(shift))
+
+
+@_family
+def gated_forward(gate, up, a, b, limit, shift):
+    """act(g) * u: the activation's forward formula, times the clipped up."""
+    g, u = gated_clip(gate, up, limit, shift)
+    return act(g, a, b) * u
+
+
+@_family
+def gated_backward(dy, gate, up, a, b, limit, shift):
+    """(dgate, dup) = (act_grad(dy * u, g), dy * act(g)), 0 where the clip is hit (gate > limit, |up| > limit);
+    every input of the element is read before either result exists (in place is safe)."""
+    g, u = gated_clip(gate, up, limit, shift)
+    dg = act_grad(dy * u, g, a, b)
+    du = dy * act(g, a, b)
+    lim = T(limit)
+    return (ZERO if gate > lim else dg), (ZERO if abs(up) > lim else du)
+
+
+def family_formulas(key: str) -> tuple[str, str] | None:
+    """(forward formula, backward formula) of the activation behind a composite kernel key ('gated:silu'), or
+    None when formulas.py lacks either (an activation registered without formulas)."""
+    entry = FAMILY_KEYS.get(key)
+    if entry is None:
+        return None
+    fwd, bwd = TABLE.get((entry[2], "forward")), TABLE.get((entry[2], "backward"))
+    return (fwd, bwd) if fwd and bwd else None
+
+
+def family_params(key: str, params: dict[str, Any], dtype: str) -> tuple[float, float, float, float]:
+    """(a, b, limit, shift) for a composite kernel: the activation's scalars and the family's, as Python floats,
+    rounded to float32 below float64 (limit = inf when there is none)."""
+    a, b = scalar_params(FAMILY_KEYS[key][2], params, dtype)
+    limit = float(params.get("limit", math.inf))
+    if dtype != "float64" and limit != math.inf:
+        limit = float(np.float32(limit))
+    return a, b, limit, float(params.get("shift", 0.0))
+
+
 # ---- compiling ----------------------------------------------------------------------------------------------------
 
 
@@ -644,6 +707,19 @@ def python(t: Any, fns: dict[str, Any] | None = None) -> SimpleNamespace:
     return build(ident, t, libm(ident, t, fns if fns is not None else numpy_libm()))
 
 
+def build_family(jit: Callable[[FunctionType], Any], t: Any, ns: SimpleNamespace, key: str) -> SimpleNamespace:
+    """The composite kernel key's scalar functions (`forward`, `backward`) compiled with `jit` for compute type t,
+    calling the activation's formulas from `ns` (what `build` returned for t)."""
+    fwd, bwd = family_formulas(key)
+    g: dict[str, Any] = dict(globals())
+    g.update(constants(t))
+    g.update(vars(ns))
+    g.update(act=getattr(ns, fwd), act_grad=getattr(ns, bwd))
+    fam = key.split(":", 1)[0]
+    done = _clone_all(_FAMILY, g, jit)
+    return SimpleNamespace(forward=done[f"{fam}_forward"], backward=done[f"{fam}_backward"])
+
+
 def formula_name(key: str, direction: str, params: dict[str, Any] | None = None) -> str:
     """The formula for one call: `key` is a kernel key (dispatch resolves it; 'gelu_tanh' is its own
     formula), or an op's name with the parameters that select its variant."""
@@ -661,5 +737,5 @@ def scalar_params(op: str, params: dict[str, Any], dtype: str) -> tuple[float, f
     return vals[0], vals[1]
 
 
-__all__ = ["PARAMS", "TABLE", "WIDE", "build", "constants", "formula_name", "libm", "math_libm", "numpy_libm",
-           "python", "scalar_params"]
+__all__ = ["PARAMS", "TABLE", "WIDE", "build", "build_family", "constants", "family_formulas", "family_params",
+           "formula_name", "libm", "math_libm", "numpy_libm", "python", "scalar_params"]

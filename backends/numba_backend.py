@@ -46,6 +46,7 @@ import numpy as np
 
 from multiact._config import get_num_threads
 from multiact._layout import flat_views
+from multiact.optable import FAMILY_KEYS
 
 NAME = "numba"
 PRIORITY = 20
@@ -121,7 +122,11 @@ def supports(key: str, direction: str, dtype: str) -> bool:
     """Where formulas.py has the formula (an op registered without one falls through to numpy)."""
     from . import formulas
 
-    return dtype in _DTYPES and (key, direction) in formulas.TABLE
+    if dtype not in _DTYPES:
+        return False
+    if key in FAMILY_KEYS:
+        return direction in _GATED_ARITY and formulas.family_formulas(key) is not None
+    return (key, direction) in formulas.TABLE
 
 
 def kernel(key: str, direction: str, dtype: str) -> Callable:
@@ -133,6 +138,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     if key == "prelu":
         return _prelu_forward if direction == "forward" else _prelu_backward
     wd = "float64" if dtype == "float64" else "float32"
+    if key in FAMILY_KEYS:
+        return _gated_kernel(key, direction, dtype, wd)
 
     if direction == "forward":
 
@@ -546,12 +553,13 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool | 
     # float32 loops may fuse a * b + c into one FMA (more accurate, fewer instructions); float64
     # loops stay unfused so that they round exactly like the reference formulas.
     fastmath = {"contract"} if tag.endswith("float32") else False
-    blocked = parallel and arity > 0
+    blocked = parallel and arity != 0
     gname = f"_{'serial' if blocked else 'scalar'}_{tag}"
     ns = globals()
     ns[gname] = g
     ns.setdefault("prange", prange)
-    template = _PARALLEL[arity] if blocked else _TEMPLATES[arity]
+    templates = _GATED_PARALLEL if arity in _GATED_TEMPLATES else _PARALLEL
+    template = templates[arity] if blocked else {**_TEMPLATES, **_GATED_TEMPLATES}[arity]
     exec(compile(template.format(name=name, g=gname), __file__, "exec"), ns)
     if cache is None:
         cache = _cache_status()[0]
@@ -569,3 +577,220 @@ def _loops(key: tuple[str, str, str]) -> _LoopPair:
     scalar = getattr(_formulas(dtype), formulas.TABLE[(op, direction)])
     arity = _ARITY[direction] + (1 if op == "prelu" else 0)
     return _LoopPair(scalar, arity, f"{op}_{direction}_{dtype}")
+
+
+# ---- the gated family: two inputs (gate, up), one output forward, two backward -------------------------------
+#
+# One serial loop per (kernel key, direction, compute type), of one signature whatever the layout: every
+# operand is passed as a flat writable 1-D base array (C layout, so LLVM vectorises), an offset, a row
+# stride and an inner stride, over a (rows, n) grid that every layout reduces to (contiguous arrays are
+# one row; the halves of x along any dim are rows of contiguous runs; interleaved halves are rows of
+# stride 2).  An operand of inner stride 1 is used in place; any other is gathered into (or scattered
+# from) a contiguous block of _GATED_BLOCK elements, so the formula's loop always runs on contiguous
+# blocks.  The parallel loop splits the grid into tiles of about _PAR_BLOCK elements and calls the serial
+# loop on each.  float16, and layouts that do not reduce to two dims, go through np.nditer's float32
+# (float64) buffers.  Each element's inputs are read before its results are written: in place is safe.
+
+_GATED_ARITY = {"forward": "gated_forward", "backward": "gated_backward"}
+_GATED_IO = {"gated_forward": (2, 1), "gated_backward": (3, 2)}  # (inputs, outputs)
+_GATED_BLOCK = 1 << 11  # elements per gathered block (8 KB of float32 per operand: L1-resident)
+
+
+def _gated_serial_source(nin: int, nout: int) -> str:
+    ops = list(range(nin + nout))
+    args = "".join(f"b{k}, o{k}, r{k}, s{k}, " for k in ops)
+    lines = [f"def {{name}}({args}rows, n, a, b, lim, sh):", "    m = min(n, _GATED_BLOCK)"]
+    lines += [f"    t{k} = np.empty(m if s{k} != 1 else 0, b{k}.dtype)" for k in ops]
+    lines += ["    for r in range(rows):", "        for c in range(0, n, _GATED_BLOCK):",
+              "            k = min(_GATED_BLOCK, n - c)"]
+    for k in ops:
+        lines.append(f"            p{k} = o{k} + r * r{k} + c * s{k}")
+        lines += [f"            if s{k} == 1:", f"                v{k} = b{k}[p{k}:p{k} + k]", "            else:"]
+        if k < nin:
+            lines += ["                for j in range(k):", f"                    t{k}[j] = b{k}[p{k} + j * s{k}]"]
+        lines.append(f"                v{k} = t{k}[:k]")
+    ins = ", ".join(f"v{k}[j]" for k in range(nin))
+    lines.append("            for j in range(k):")
+    if nout == 1:
+        lines.append(f"                v{nin}[j] = {{g}}({ins}, a, b, lim, sh)")
+    else:
+        res = ", ".join(f"e{k}" for k in range(nout))
+        lines.append(f"                {res} = {{g}}({ins}, a, b, lim, sh)")
+        lines += [f"                v{nin + k}[j] = e{k}" for k in range(nout)]
+    for k in range(nin, nin + nout):
+        lines += [f"            if s{k} != 1:", "                for j in range(k):",
+                  f"                    b{k}[p{k} + j * s{k}] = t{k}[j]"]
+    return "\n".join(lines) + "\n"
+
+
+def _gated_parallel_source(nin: int, nout: int) -> str:
+    ops = list(range(nin + nout))
+    args = "".join(f"b{k}, o{k}, r{k}, s{k}, " for k in ops)
+    call = "".join(f"b{k}, o{k} + rr * r{k} + cc * s{k}, r{k}, s{k}, " for k in ops)
+    return (
+        f"def {{name}}({args}rows, n, a, b, lim, sh, tr, tc):\n"
+        "    nr = (rows + tr - 1) // tr\n"
+        "    nc = (n + tc - 1) // tc\n"
+        "    for t in prange(nr * nc):\n"
+        "        i = t // nc\n"
+        "        rr = i * tr\n"
+        "        cc = (t - i * nc) * tc\n"
+        f"        {{g}}({call}min(tr, rows - rr), min(tc, n - cc), a, b, lim, sh)\n"
+    )
+
+
+_GATED_TEMPLATES = {k: _gated_serial_source(*io) for k, io in _GATED_IO.items()}
+_GATED_PARALLEL = {k: _gated_parallel_source(*io) for k, io in _GATED_IO.items()}
+
+
+def _gated_kernel(key: str, direction: str, dtype: str, wd: str) -> Callable:
+    from . import formulas
+
+    def forward(gate, up, out, p):
+        _run_gated((key, direction, wd), (gate, up), (out,), formulas.family_params(key, p, dtype))
+
+    def backward(dy, gate, up, dgate, dup, p):
+        _run_gated((key, direction, wd), (dy, gate, up), (dgate, dup), formulas.family_params(key, p, dtype))
+
+    run = forward if direction == "forward" else backward
+    run.__name__ = f"numba_{key.replace(':', '_')}_{direction}_{dtype}"
+    return run
+
+
+@_once
+def _gated_loops(key: tuple[str, str, str]) -> _LoopPair:
+    from . import formulas
+
+    fam_key, direction, dtype = key
+    jit = _jit_inline()
+    fam = formulas.build_family(jit, np.dtype(dtype).type, _formulas(dtype), fam_key)
+    tag = f"{fam_key.replace(':', '_')}_{direction}_{dtype}"
+    return _LoopPair(getattr(fam, direction), _GATED_ARITY[direction], tag)
+
+
+def _jit_inline():
+    from numba import njit
+
+    return njit(inline="always", error_model="numpy")
+
+
+def _gated_signature(nops: int, wdt) -> tuple:
+    from numba import float64, from_dtype, int64, types
+
+    arr = types.Array(from_dtype(np.dtype(wdt)), 1, "C")
+    return (arr, int64, int64, int64) * nops + (int64, int64, float64, float64, float64, float64)
+
+
+def _gated_compile(pair: _LoopPair, nops: int, wdt, parallel: bool) -> None:
+    """Compile the serial loop (and the parallel one) for their one signature before anything is written."""
+    from numba import int64
+
+    for par in (False, True) if parallel else (False,):
+        if (par, wdt) in pair._blocks:
+            continue
+        loop = pair.loop(par)
+        sig = _gated_signature(nops, wdt) + ((int64, int64) if par else ())
+        try:
+            loop.compile(sig)
+        except BaseException:
+            pair._forget(par, loop)
+            raise
+        pair._blocks.add((par, wdt))
+
+
+def _base(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """(a writable 1-D array over the memory a spans, from its lowest address; a's first element's offset in it).
+
+    The base is built from a's address (the loops never write an input's base), so that every operand has
+    the one array type of the compiled loop, whatever a's flags; the caller keeps a alive meanwhile."""
+    item = a.itemsize
+    lo = hi = 0
+    for n, st in zip(a.shape, a.strides, strict=True):
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
+    ptr = a.__array_interface__["data"][0]
+
+    class _Span:
+        __array_interface__ = {"shape": ((hi - lo) // item + 1,), "typestr": a.dtype.str, "version": 3,
+                               "data": (ptr + lo, False), "strides": None}
+
+    return np.asarray(_Span()), -lo // item
+
+
+def _grid2(arrays: tuple[np.ndarray, ...], lead: int) -> tuple[int, int, list[tuple[int, int]]] | None:
+    """(rows, n, [(row stride, inner stride)] in elements per array) when every array's elements lie on one
+    (rows, n) grid (dims of size 1 dropped, ordered by array `lead`'s strides, dims merged where every array
+    allows); None when more than two dims remain."""
+    shape = arrays[0].shape
+    item = arrays[0].itemsize
+    strides = [[s // item for s in a.strides] for a in arrays]
+    dims = [i for i, n in enumerate(shape) if n != 1]
+    dims.sort(key=lambda i: -abs(strides[lead][i]))
+    shp = [shape[i] for i in dims]
+    sts = [[st[i] for i in dims] for st in strides]
+    k = len(shp) - 1
+    while k > 0:
+        if all(st[k - 1] == st[k] * shp[k] for st in sts):
+            shp[k - 1] *= shp[k]
+            del shp[k]
+            for st in sts:
+                st[k - 1] = st[k]
+                del st[k]
+        k -= 1
+    if len(shp) > 2:
+        return None
+    shp = [1] * (2 - len(shp)) + shp
+    sts = [[0] * (2 - len(st)) + st for st in sts]
+    return shp[0], shp[1], [(st[0], st[1]) for st in sts]
+
+
+def _gated_call(pair: _LoopPair, arrays: tuple[np.ndarray, ...], rows: int, n: int, strides, params,
+                parallel: bool | None = None) -> None:
+    args: list = []
+    for a, (rs, s) in zip(arrays, strides, strict=True):
+        base, off = _base(a)
+        args += [base, off, rs, s]
+    args += [rows, n, *params]
+    if parallel is None:
+        parallel = _threads() > 1
+    if parallel and rows * n >= _PAR_MIN:
+        with _pool_turn() as turn:
+            if turn:
+                tc = min(n, _PAR_BLOCK)
+                tr = max(1, _PAR_BLOCK // tc)
+                pair.call(True, *args, tr, tc)
+                return
+    pair.call(False, *args)
+
+
+def _run_gated(key: tuple[str, str, str], ins: tuple, outs: tuple, params: tuple[float, ...]) -> None:
+    """The gated loop over ins -> outs (one shape, any strides, any float dtype); nothing is written unless
+    the loops compile (both are compiled before the first call, or before np.nditer exists)."""
+    out = outs[0]
+    if out.size == 0:
+        return
+    pair = _gated_loops(key)
+    nops = len(ins) + len(outs)
+    wdt = np.float64 if out.dtype == np.float64 else np.float32
+    parallel = out.size >= _PAR_MIN and _threads() > 1
+    _gated_compile(pair, nops, wdt, parallel)
+    arrays = (*ins, *outs)
+    grid = _grid2(arrays, len(ins)) if out.dtype != np.float16 else None
+    if grid is not None:
+        _gated_call(pair, arrays, *grid, params, parallel)
+        return
+    it = np.nditer(
+        arrays,
+        flags=["external_loop", "buffered", "zerosize_ok", "grow_inner"],
+        op_flags=[["readonly", "contig"]] * len(ins) + [["writeonly", "contig"]] * len(outs),
+        op_dtypes=[wdt] * nops,
+        casting="same_kind",
+        buffersize=_BLOCK,
+        order="K",
+    )
+    with it:
+        for chunk in it:
+            m = chunk[0].shape[0]
+            _gated_call(pair, chunk, 1, m, [(0, 1)] * nops, params, parallel)

@@ -20,9 +20,12 @@ Findings (exit status 1):
 - any spill, or a stack frame (local memory).
 
     python scripts/cuda_ptx_report.py [--target 90] [--target 80:representative] [--out DIR] [--strict-f64]
+                                      [--family all|sample|none] [--only REGEX]
 
 A target is a compute capability, optionally `:representative`: one kernel per formula (strided,
 float16 data where that exists) instead of all.  Default: sm_90 and sm_80, all kernels.
+`--family sample` keeps only a sample of the composite-family kernels (gated:<act>, 6 per activation
+key: about 3 s each to compile, so CI takes `family_sample`'s 10; the default compiles all of them).
 """
 
 from __future__ import annotations
@@ -73,6 +76,17 @@ def representative(builds: list) -> list:
         if b.source not in best or key < (LAYOUT_ORDER[best[b.source].layout], DTYPE_ORDER[best[b.source].dtype]):
             best[b.source] = b
     return list(best.values())
+
+
+def family_sample(builds: list) -> list:
+    """The composite-family kernels CI compiles (`--family sample`): for the activations whose gated kernels
+    compute in float64 (formulas.WIDE) and every fourth other one, the backward in float16 data, strided (it
+    holds the activation's forward and backward formulas and five operands: the most registers)."""
+    fam = [b for b in builds if b.family]
+    keys = list(dict.fromkeys(b.source for b in fam))
+    wide = {b.source for b in fam if b.compute == "float64" and b.dtype != "float64"}
+    pick = wide | set(keys[::4])
+    return representative([b for b in fam if b.source in pick])
 
 
 def formula_functions(path: str) -> list[tuple[int, int, str]]:
@@ -309,8 +323,10 @@ def selected(builds: list, targets: list) -> list[tuple[Any, list[tuple[int, int
     return out
 
 
-def compile_all(targets, strict: bool, ptx_dir: str | None, only: str | None = None) -> dict[str, Any]:
-    """Compile, analyse and assemble every selected kernel for every target; one dict per kernel and target."""
+def compile_all(targets, strict: bool, ptx_dir: str | None, only: str | None = None,
+                family: str = "all") -> dict[str, Any]:
+    """Compile, analyse and assemble every selected kernel for every target; one dict per kernel and target.
+    `family`: the composite-family kernels (gated:<act>) to include: all, sample (`family_sample`) or none."""
     from multiact import registry
 
     backend = registry.module("cuda")
@@ -318,6 +334,9 @@ def compile_all(targets, strict: bool, ptx_dir: str | None, only: str | None = N
 
     funcs = formula_functions(formulas.__file__)
     builds = [b for b in backend.builds() if not only or re.search(only, b.name)]
+    if family != "all":
+        keep = {b.name for b in family_sample(builds)} if family == "sample" else set()
+        builds = [b for b in builds if not getattr(b, "family", "") or b.name in keep]
     rows, started = [], time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="multiact-ptx-") as tmp, ThreadPoolExecutor(2) as pool:
         asm = Assembler(tmp)
@@ -345,7 +364,7 @@ def compile_all(targets, strict: bool, ptx_dir: str | None, only: str | None = N
         row["findings"] = findings(row, strict)
     return {"rows": rows, "builds": len(builds), "seconds": round(time.perf_counter() - started, 1),
             "assembler": assembler,
-            "numba_cuda": _version("numba-cuda"), "nvvm": _nvvm_version(), "strict_f64": strict,
+            "numba_cuda": _version("numba-cuda"), "nvvm": _nvvm_version(), "strict_f64": strict, "family": family,
             "targets": [f"sm_{cc[0]}{cc[1]}:{which}" for cc, which in targets]}
 
 
@@ -431,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ptx-dir", help="also keep every kernel's PTX here")
     ap.add_argument("--only", metavar="REGEX", help="only the kernels whose name matches")
     ap.add_argument("--strict-f64", action="store_true", help="any float64 op in a float16/float32 kernel fails")
+    ap.add_argument("--family", choices=("all", "sample", "none"), default="all",
+                    help="composite-family kernels (gated:<act>): all (default), a sample (CI), or none")
     args = ap.parse_args(argv)
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         print("cuda_ptx_report: unset NUMBA_ENABLE_CUDASIM (the simulator compiles nothing)", file=sys.stderr)
@@ -438,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = args.target or [parse_target("90"), parse_target("80")]
     if args.ptx_dir:
         os.makedirs(args.ptx_dir, exist_ok=True)
-    report = compile_all(targets, args.strict_f64, args.ptx_dir, args.only)
+    report = compile_all(targets, args.strict_f64, args.ptx_dir, args.only, args.family)
     text = markdown(report)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
