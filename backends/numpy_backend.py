@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from multiact._layout import flat_views
-from multiact.optable import FAMILY_KEYS, KEYS
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS
 
 NAME = "numpy"
 PRIORITY = 10
@@ -33,7 +33,7 @@ def info() -> dict:
 def supports(key: str, direction: str, dtype: str) -> bool:
     if dtype not in ("float16", "float32", "float64"):
         return False
-    if key in FAMILY_KEYS:
+    if key in FAMILY_KEYS or key in BIAS_ACT_KEYS:
         return direction in ("forward", "backward")
     return key in KEYS and KEYS[key].has(direction)
 
@@ -141,6 +141,76 @@ def _gated(key: str, direction: str) -> Callable:
     return backward
 
 
+def _bias_act(key: str, direction: str) -> Callable:
+    """bias_act:<act> on (outer, C, inner) views: the activation's reference formula on x * scale + b, in
+    the compute dtype; the backward's db / dscale are float64 sums of the block results."""
+    _, act, _ = BIAS_ACT_KEYS[key]
+    names = () if act is None else act.param_names
+    fwd = (lambda z, **q: z) if act is None else act.forward
+    bwd = (lambda e, z, **q: e * np.ones_like(z)) if act is None else act.backward
+
+    def sides(x3, b, s):
+        """b and scale broadcastable to x3 ((1, C, 1) for one value per channel), those given."""
+        c = x3.shape[1]
+        return tuple(a if a.ndim == 3 else a.reshape(1, c, 1) for a in (b, s) if a is not None)
+
+    def z_of(xb, side_blocks, b, s):
+        it = iter(side_blocks)
+        bb = None if b is None else next(it)
+        sb = None if s is None else next(it)
+        z = xb if sb is None else xb * sb
+        return (z if bb is None else z + bb), sb
+
+    if direction == "forward":
+        def forward(x3, b, s, out3, p):
+            q = {k: p[k] for k in names}
+            gain, clamp = p["gain"], p["clamp"]
+            n = len(sides(x3, b, s))
+            with np.errstate(all="ignore"):
+                for blocks in _blocks2((x3, *sides(x3, b, s)), (out3,)):
+                    z, _ = z_of(blocks[0], blocks[1:1 + n], b, s)
+                    y = fwd(z, **q)
+                    if gain != 1.0:
+                        y = y * y.dtype.type(gain)
+                    blocks[-1][...] = y if clamp == np.inf else np.clip(y, -clamp, clamp)
+        return forward
+
+    def backward(dy3, x3, b, s, dx3, db_full, ds_full, p):
+        q = {k: p[k] for k in names}
+        gain, clamp = p["gain"], p["clamp"]
+        keep = p["sum_db"] or p["sum_dscale"] or db_full is not None or ds_full is not None
+        compute = np.float32 if x3.dtype == np.float16 else x3.dtype
+        dz = np.empty(x3.shape, compute) if keep else None
+        side = sides(x3, b, s)
+        with np.errstate(all="ignore"):
+            outs = (dx3,) if dz is None else (dx3, dz)
+            for blocks in _blocks2((dy3, x3, *side), outs):
+                dyb, xb = blocks[0], blocks[1]
+                z, sb = z_of(xb, blocks[2:2 + len(side)], b, s)
+                e = dyb * dyb.dtype.type(gain) if gain != 1.0 else dyb
+                if clamp != np.inf:
+                    e = np.where(np.abs(fwd(z, **q) * z.dtype.type(gain)) > clamp, e.dtype.type(0), e)
+                g = bwd(e, z, **q)
+                if dz is not None:
+                    blocks[-1][...] = g
+                blocks[2 + len(side)][...] = g if sb is None else g * sb
+            if dz is None:
+                return None
+            if db_full is not None:
+                db_full[...] = dz
+            if ds_full is not None:
+                ds_full[...] = dz * x3
+            if not (p["sum_db"] or p["sum_dscale"]):
+                return None
+            sums = np.zeros((2, x3.shape[1]))
+            if p["sum_db"]:
+                sums[0] = dz.sum(axis=(0, 2), dtype=np.float64)
+            if p["sum_dscale"]:
+                sums[1] = (dz.astype(np.float64) * x3).sum(axis=(0, 2))
+        return sums
+    return backward
+
+
 def _blocks2(arrays: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...]):
     """Blocks of several inputs and several outputs, in the compute dtype (float32 for float16)."""
     compute = np.float32 if outs[0].dtype == np.float16 else outs[0].dtype
@@ -162,6 +232,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     composes its activation's reference."""
     if key in FAMILY_KEYS:
         return _gated(key, direction)
+    if key in BIAS_ACT_KEYS:
+        return _bias_act(key, direction)
     spec = KEYS[key]
     if direction == "forward":
         return _elementwise(spec.name, spec.forward, 1)

@@ -17,6 +17,7 @@ from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS
 from .api import backward, forward, param_grad
 from .errors import BackendError, YFormError
+from .bias_act import FUNCTIONS as _BIAS_ACT
 from .gated import FUNCTIONS as _GATED
 from .onnx_export import to_onnx
 from .optable import OpSpec
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 
 globals().update(_FUNCTIONS)
 globals().update(_GATED)
+globals().update(_BIAS_ACT)
 
 
 def ops() -> dict[str, OpSpec]:
@@ -59,5 +61,5 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 __all__ = [
     "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "explain", "forward",
     "register_op",
-    "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS), *sorted(_GATED),
+    "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS), *sorted(_GATED), *sorted(_BIAS_ACT),
 ]

@@ -308,6 +308,7 @@ class Family:
     grads: tuple[str, ...]  # what its backward writes, per element
     scalars: tuple[str, ...]  # the family's own kernel parameters (after the activation's)
     formula: str
+    own_keys: tuple[str, ...] = ()  # activations of the family's own, beyond the table's (bias_act's linear)
 
     def key(self, act_key: str) -> str:
         return f"{self.name}:{act_key}"
@@ -320,6 +321,12 @@ GATED = Family(
     "gated", ("gate", "up"), ("dgate", "dup"), ("limit", "shift"),
     "g = min(gate, limit); u = clamp(up, -limit, limit) + shift; y = act(g) * u;"
     " dgate = act'(g) * dy * u (0 where gate > limit); dup = act(g) * dy (0 where |up| > limit)",
+)
+BIAS_ACT = Family(
+    "bias_act", ("x", "b", "scale"), ("dx", "db", "dscale"), ("gain", "clamp"),
+    "z = x * scale + b; y = clip(act(z) * gain, -clamp, clamp); dz = act'(z) * dy * gain (0 where clipped);"
+    " dx = dz * scale; db = sum of dz; dscale = sum of dz * x (per channel, or elementwise for full-shape b, scale)",
+    own_keys=("linear",),
 )
 FAMILIES: dict[str, Family] = {f.name: f for f in (GATED,)}
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import reference as R
 from ._opdefs import (
+    BIAS_ACT,
     DEFINITIONS,
     DIRECTIONS,
     F32_MAX,
@@ -276,6 +277,7 @@ def register(spec: OpSpec) -> OpSpec:
     KEYS.update({k: spec for k in spec.keys})
     if composable(spec.defn):  # the composite ops (glu's act=) take it at once
         FAMILY_KEYS.update({f.key(k): (f, spec, k) for f in FAMILIES.values() for k in spec.keys})
+        BIAS_ACT_KEYS.update({BIAS_ACT.key(k): (BIAS_ACT, spec, k) for k in spec.keys})
     return spec
 
 
@@ -289,3 +291,8 @@ def get(name: str) -> OpSpec:
 
 # Composite kernel key ("gated:silu") -> (its family, the activation's spec, the activation's key).
 FAMILY_KEYS: dict[str, tuple[Any, OpSpec, str]] = {f.key(k): (f, OPS[d.name], k) for f, d, k in family_keys()}
+
+# bias_act:<act> -> (its family, the activation's spec or None for linear, the activation's key).
+BIAS_ACT_KEYS: dict[str, tuple[Any, OpSpec | None, str]] = {
+    BIAS_ACT.key(k): (BIAS_ACT, OPS[d.name], k) for d in DEFINITIONS.values() if composable(d) for k in d.keys}
+BIAS_ACT_KEYS.update({BIAS_ACT.key(k): (BIAS_ACT, None, k) for k in BIAS_ACT.own_keys})

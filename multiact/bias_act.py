@@ -1,0 +1,362 @@
+"""Fused bias (and per-channel scale) + activation + gain + clamp: `ma.bias_act` and `ma.bias_act_grad`.
+
+    y = clip(act(x * scale + b) * gain, -clamp, clamp)
+
+One kernel family, `bias_act:<act>` (every activation of the table but prelu, and `linear`), on x seen as
+a 3-D view (outer, C, inner) with C = x.shape[dim]: b and scale are None, one value per channel (shape
+(C,)), or x's shape seen the same way.  The backward writes dx and reduces db and dscale per channel
+in the same pass (float64 sums); for a full-shape b or scale they are elementwise.  Clamped elements
+get zero gradient (StyleGAN's rule: where |act(z) * gain| > clamp).  The float64 reference is composed
+from the activation's.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import _arrays, dispatch, registry
+from ._opdefs import BIAS_ACT, F32_MAX, CompositeDef, Param, composable
+from .optable import OPS, OpSpec
+
+LINEAR = "linear"
+
+
+def _linear_fwd(z):
+    return z
+
+
+def _linear_bwd(dy, z):
+    return dy * np.ones_like(z)
+
+
+class BiasActCall:
+    """One call's checked parameters: the activation (None for linear), its parameters, the kernel's."""
+
+    __slots__ = ("act", "act_p", "key", "kp", "dim", "name")
+
+    def __init__(self, act: OpSpec | None, act_p: dict, kp: dict, dim: int):
+        self.act, self.act_p, self.kp, self.dim = act, act_p, kp, dim
+        self.name = LINEAR if act is None else act.name
+        self.key = BIAS_ACT.key(LINEAR if act is None else act.kernel_key(act_p))
+
+    def forward_ref(self, z: np.ndarray) -> np.ndarray:
+        return _linear_fwd(z) if self.act is None else self.act.forward(z, **self.act_p)
+
+    def backward_ref(self, dy: np.ndarray, z: np.ndarray) -> np.ndarray:
+        return _linear_bwd(dy, z) if self.act is None else self.act.backward(dy, z, **self.act_p)
+
+
+DEFN = CompositeDef(
+    "bias_act", "bias_act", "Fused bias (and scale) + activation + gain + clamp, in one pass.",
+    "y = clip(act(x * scale + b) * gain, -clamp, clamp)",
+    (Param("act", LINEAR, kind="act", doc="'linear' or an activation of the table but prelu; its parameters as "
+           "keywords"),
+     Param("dim", 1, kind="int", doc="the channel axis of x that b and scale run along"),
+     Param("gain", 1.0, doc="multiplies the activation's output (StyleGAN: sqrt(2) for relu, lrelu, swish)"),
+     Param("clamp", None, lo=0, doc="clip the result to [-clamp, clamp]; clipped elements get zero gradient")),
+    lambda p, extra: (p["act"], dict(extra)), takes_act_params=True, module="BiasAct",
+    cases=({"act": "relu", "gain": math.sqrt(2)}, {"act": "leaky_relu", "negative_slope": 0.2, "clamp": 256.0}),
+)
+
+
+def label(direction: str) -> str:
+    return "bias_act()" if direction == "forward" else "bias_act_grad()"
+
+
+def resolve(given: Mapping[str, Any], extra: Mapping[str, Any], fn: str) -> BiasActCall:
+    own = {p.name: p.validate(fn, given.get(p.name, p.default)) for p in DEFN.params}
+    name = own["act"]
+    if name == LINEAR:
+        if extra:
+            raise TypeError(f"{fn}: unexpected keyword argument {sorted(extra)[0]!r}; linear's parameters: none")
+        act, act_p = None, {}
+    else:
+        act = OPS.get(name)
+        if act is None or not composable(act.defn):
+            valid = ", ".join([LINEAR] + [n for n, s in OPS.items() if composable(s.defn)])
+            raise ValueError(f"{fn}: parameter 'act' must be 'linear' or an activation of the table but prelu, "
+                             f"got {name!r}; valid: {valid}")
+        act_p = dispatch.validated(act, dict(extra), fn)
+    clamp = own["clamp"]
+    kp = {**act_p, "gain": own["gain"], "clamp": math.inf if clamp is None else clamp}
+    return BiasActCall(act, act_p, kp, own["dim"])
+
+
+def _check_precision(call: BiasActCall, dtype: Any, fn: str) -> None:
+    if call.act is not None:
+        call.act.check_precision(call.act_p, dtype, fn)
+    if getattr(dtype, "itemsize", 8) <= 4:
+        for k in ("gain", "clamp"):
+            v = call.kp[k]
+            if v != math.inf and abs(v) > F32_MAX:
+                raise ValueError(f"{fn}: parameter {k!r} = {v:g} does not fit float32, where {dtype} arrays "
+                                 "are computed")
+
+
+# ---- the float64 reference ----------------------------------------------------------------------------
+
+
+def _z(x, b, s):
+    z = x if s is None else x * s
+    return z if b is None else z + b
+
+
+def reference_forward(call: BiasActCall, x: np.ndarray, b: np.ndarray | None, s: np.ndarray | None) -> np.ndarray:
+    """clip(act(x * s + b) * gain, -clamp, clamp) in float64 (b, s broadcast to x already, or None)."""
+    with np.errstate(all="ignore"):
+        f = [None if a is None else np.asarray(a, np.float64) for a in (x, b, s)]
+        y = call.forward_ref(_z(*f)) * call.kp["gain"]
+        c = call.kp["clamp"]
+        return y if c == math.inf else np.clip(y, -c, c)
+
+
+def reference_backward(call: BiasActCall, dy: np.ndarray, x: np.ndarray, b: np.ndarray | None,
+                       s: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(dx, dz) in float64 elementwise: dz = act'(z) * dy * gain, 0 where clipped; dx = dz * s.  db and
+    dscale are sums of dz and dz * x over every axis but dim (or dz, dz * x for a full shape)."""
+    with np.errstate(all="ignore"):
+        dy, x = np.asarray(dy, np.float64), np.asarray(x, np.float64)
+        b, s = (None if a is None else np.asarray(a, np.float64) for a in (b, s))
+        z = _z(x, b, s)
+        e = dy * call.kp["gain"]
+        c = call.kp["clamp"]
+        if c != math.inf:
+            e = np.where(np.abs(call.forward_ref(z) * call.kp["gain"]) > c, 0.0, e)
+        dz = call.backward_ref(e, z)
+        return (dz if s is None else dz * s), dz
+
+
+# ---- dispatch -----------------------------------------------------------------------------------------
+
+
+def _axis(fn: str, shape: tuple[int, ...], dim: int) -> int:
+    ndim = len(shape)
+    if ndim == 0 or not -ndim <= dim < ndim:
+        raise ValueError(f"{fn}: dim {dim} is out of range for x with {ndim} dims")
+    return dim % ndim
+
+
+def _three(shape: tuple[int, ...], dim: int | None) -> tuple[int, int, int]:
+    """(outer, C, inner) of x seen along dim (the whole array one channel when there is no dim)."""
+    if dim is None:
+        return 1, 1, int(np.prod(shape))
+    return int(np.prod(shape[:dim])), shape[dim], int(np.prod(shape[dim + 1:]))
+
+
+def _side(fn: str, name: str, a: Any, x: np.ndarray, dim: int) -> np.ndarray:
+    """b or scale as (C,) or as x's shape; TypeError/ValueError naming it."""
+    arr = _arrays.as_host_array(a, f"{fn}: {name}")
+    if arr.dtype != x.dtype:
+        raise TypeError(f"{fn}: {name} has dtype {arr.dtype} but x has {x.dtype}; they must match")
+    if arr.shape == x.shape or arr.ndim == 1 and arr.shape[0] == x.shape[dim]:
+        return arr
+    raise ValueError(f"{fn}: {name} has shape {arr.shape}; expected ({x.shape[dim]},) to run along dim {dim} "
+                     f"of x, or x's shape {x.shape}")
+
+
+def _view3(a: np.ndarray, o: int, c: int, i: int) -> np.ndarray:
+    return a.reshape(o, c, i)
+
+
+def _writable3(a: np.ndarray, o: int, c: int, i: int) -> tuple[np.ndarray, bool]:
+    """A 3-D view of a destination, or a scratch array to copy back (False) when none exists."""
+    try:
+        v = a.view()
+        v.shape = (o, c, i)  # raises where a reshape would copy
+        return v, True
+    except AttributeError:
+        return np.empty((o, c, i), a.dtype), False
+
+
+def _prepare(fn: str, call: BiasActCall, x: Any, b: Any, scale: Any):
+    xa = _arrays.as_host_array(x, f"{fn}: x")
+    dim = None if b is None and scale is None else _axis(fn, xa.shape, call.dim)
+    ba = None if b is None else _side(fn, "b", b, xa, dim)
+    sa = None if scale is None else _side(fn, "scale", scale, xa, dim)
+    return xa, dim, ba, sa
+
+
+def forward(x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
+            backend: str | None) -> Any:
+    fn = label("forward")
+    dispatch._check_backend(fn, backend)
+    call = resolve(given, extra, fn)
+    _refuse(fn, x, b, scale, out)
+    xa, dim, ba, sa = _prepare(fn, call, x, b, scale)
+    _check_precision(call, xa.dtype, fn)
+    mod, kernel = registry.resolve(call.key, "forward", xa.dtype.name, "numpy", backend)
+    if out is None:
+        res = np.empty_like(xa)
+    else:
+        res = _out(fn, out)
+        ins = {n: a for n, a in (("x", xa), ("b", ba), ("scale", sa)) if a is not None}
+        dispatch.check_out(fn, res, ins, xa)
+    o, c, i = _three(xa.shape, dim)
+    r3, direct = _writable3(res, o, c, i)
+    b3, s3 = _per_channel(ba, sa, xa, o, c, i)
+    dispatch._run(mod, kernel, _Label(fn, call), "forward", xa.dtype.name, (_view3(xa, o, c, i), b3, s3, r3), call.kp)
+    if not direct:
+        res[...] = r3.reshape(res.shape)
+    if out is not None:
+        _arrays.mark_written(out)
+        return out
+    return _arrays.wrap_like(res, x)
+
+
+def _per_channel(ba, sa, xa, o, c, i):
+    """b and scale as the kernels take them: (C,) per channel, or (outer, C, inner) for x's shape."""
+    return tuple(None if a is None else a if _channelwise(a, xa) else _view3(a, o, c, i) for a in (ba, sa))
+
+
+def _channelwise(a: np.ndarray, xa: np.ndarray) -> bool:
+    """One value per channel (for 1-D x, the same thing as x's shape, and summed the same way)."""
+    return a.ndim == 1 and (xa.ndim == 1 or a.shape != xa.shape)
+
+
+def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
+             backend: str | None) -> Any:
+    """dx, or (dx, db) with b, or (dx, db, dscale) with scale (db None without b)."""
+    fn = label("backward")
+    dispatch._check_backend(fn, backend)
+    call = resolve(given, extra, fn)
+    _refuse(fn, dy, x, b, scale, out)
+    xa, dim, ba, sa = _prepare(fn, call, x, b, scale)
+    dya = _arrays.as_host_array(dy, f"{fn}: dy")
+    if dya.dtype != xa.dtype:
+        raise TypeError(f"{fn}: dy has dtype {dya.dtype} but x has {xa.dtype}; they must match")
+    if dya.shape != xa.shape:
+        raise ValueError(f"{fn}: dy has shape {dya.shape} but x has {xa.shape}; they must match")
+    _check_precision(call, xa.dtype, fn)
+    mod, kernel = registry.resolve(call.key, "backward", xa.dtype.name, "numpy", backend)
+    outs = _out_tuple(fn, out, ba, sa)
+    ins = {n: a for n, a in (("dy", dya), ("x", xa), ("b", ba), ("scale", sa)) if a is not None}
+    o, c, i = _three(xa.shape, dim)
+    if outs is None:
+        dx = np.empty_like(xa)
+    else:
+        dx = _out(fn, outs[0])
+        dispatch.check_out(fn, dx, ins, xa)
+    dx3, direct = _writable3(dx, o, c, i)
+    b3, s3 = _per_channel(ba, sa, xa, o, c, i)
+    full_b = ba is not None and not _channelwise(ba, xa)
+    full_s = sa is not None and not _channelwise(sa, xa)
+    db_full = np.empty((o, c, i), xa.dtype) if full_b else None
+    ds_full = np.empty((o, c, i), xa.dtype) if full_s else None
+    want = (ba is not None and not full_b, sa is not None and not full_s)
+    kp = {**call.kp, "sum_db": want[0], "sum_dscale": want[1]}
+    sums = dispatch._run(mod, kernel, _Label(fn, call), "backward", xa.dtype.name,
+                         (_view3(dya, o, c, i), _view3(xa, o, c, i), b3, s3, dx3, db_full, ds_full), kp)
+    if not direct:
+        dx[...] = dx3.reshape(dx.shape)
+    results = [dx]
+    if ba is not None:
+        db = db_full.reshape(xa.shape) if full_b else _rounded_sum(sums[0], xa.dtype)
+        results.append(db)
+    elif sa is not None:
+        results.append(None)
+    if sa is not None:
+        results.append(ds_full.reshape(xa.shape) if full_s else _rounded_sum(sums[1], xa.dtype))
+    if outs is not None:
+        for dst, got in zip(outs[1:], results[1:], strict=True):
+            if dst is not None and got is not None:
+                d = _out(fn, dst)
+                dispatch.check_out(fn, d, {}, got)
+                d[...] = got
+        for dst in outs:
+            if dst is not None:
+                _arrays.mark_written(dst)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    wrapped = [r if r is None else _arrays.wrap_like(r, x) for r in results]
+    return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
+
+
+def _rounded_sum(s: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    with np.errstate(over="ignore"):  # a float16 sum beyond 65504 is inf, as NumPy would say
+        return s.astype(dtype)
+
+
+def _out(fn: str, out: Any) -> np.ndarray:
+    if not (isinstance(out, np.ndarray) or _arrays.kind_of(out) == "torch"):
+        raise TypeError(f"{fn}: out must be an array to write into, got {type(out).__name__}")
+    return _arrays.as_host_array(out, f"{fn}: out", writeable=True)
+
+
+def _out_tuple(fn: str, out: Any, ba: Any, sa: Any) -> tuple | None:
+    """The destinations in the order of the results: (dx,), (dx, db) or (dx, db, dscale)."""
+    if out is None:
+        return None
+    n = 1 + (ba is not None or sa is not None) + (sa is not None)
+    if n == 1:
+        return (out,)
+    if not isinstance(out, (tuple, list)) or len(out) != n:
+        what = "(dx, db)" if n == 2 else "(dx, db, dscale)"
+        raise TypeError(f"{fn}: out must be a tuple {what} matching the results, got {type(out).__name__}")
+    if out[0] is None:
+        raise TypeError(f"{fn}: out[0] (dx) must be an array")
+    return tuple(out)
+
+
+def _refuse(fn: str, *arrays: Any) -> None:
+    masked = sys.modules.get("numpy.ma")
+    if masked is not None and any(isinstance(a, masked.MaskedArray) for a in arrays):
+        raise TypeError(f"{fn}: masked arrays are not supported; pass np.ma.getdata(x)")
+    kinds = {_arrays.kind_of(a) for a in arrays if a is not None}
+    if kinds - {"numpy", "torch", "other"}:
+        raise TypeError(f"{fn}: runs on host arrays (NumPy, torch CPU tensors) for now, got "
+                        f"{', '.join(sorted(kinds - {'numpy', 'torch', 'other'}))} arrays")
+
+
+class _Label:
+    def __init__(self, fn: str, call: BiasActCall):
+        self.name = f"bias_act ({call.key})"
+
+
+# ---- the public functions -----------------------------------------------------------------------------
+
+
+def bias_act(x: Any, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: Any = None, gain: float = 1.0,
+             clamp: float | None = None, out: Any = None, backend: str | None = None, **act_params: Any) -> Any:
+    return forward(x, b, scale, {"act": act, "dim": dim, "gain": gain, "clamp": clamp}, act_params, out, backend)
+
+
+def bias_act_grad(dy: Any, x: Any, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: Any = None,
+                  gain: float = 1.0, clamp: float | None = None, out: Any = None, backend: str | None = None,
+                  **act_params: Any) -> Any:
+    return backward(dy, x, b, scale, {"act": act, "dim": dim, "gain": gain, "clamp": clamp}, act_params, out,
+                    backend)
+
+
+def _doc() -> str:
+    lines = [f"    {p.name}: {p.range_text()} ({'optional' if p.default is None else f'default {p.default!r}'})"
+             f"; {p.doc}" for p in DEFN.params]
+    return "\n".join(lines)
+
+
+bias_act.__doc__ = f"""{DEFN.summary}
+
+    {DEFN.formula}
+
+x: any shape; b, scale: None, one value per channel (shape (x.shape[dim],)), or x's shape.
+Parameters:
+{_doc()}
+    **act_params: the activation's own parameters (PyTorch's names)
+
+out: write the result here (out=x is in place); backend: run on this backend only."""
+
+bias_act_grad.__doc__ = f"""Backward of bias_act: dx, and db (with b) and dscale (with scale).
+
+Returns dx alone without b and scale; (dx, db) with b; (dx, db, dscale) with scale (db is None
+without b).  Per-channel db and dscale are summed over every axis but dim in float64 and returned in
+x's dtype; for a full-shape b or scale they are elementwise.  Clamped elements get zero gradient.
+Parameters as bias_act's; out: a tuple matching the results (out[0] may be x: in place).
+{_doc()}"""
+
+FUNCTIONS = {"bias_act": bias_act, "bias_act_grad": bias_act_grad}
+for _f in FUNCTIONS.values():
+    _f.__module__ = "multiact"
+del _f
