@@ -698,34 +698,31 @@ def _gated_to_onnx(cdef: Any, dtype: str, grad: Any, from_output: bool, params: 
     gated._check_precision(call, np.dtype(dtype), fn)
     p = _gated_params(call.kp)
     dim = call.dim
+    axis = dim % ndim
     g = _Graph(_GATED_CT)
     elem = _elem(dtype)
-    x = g.op("Cast", "x", to=_elem(_GATED_CT))
-    if call.layout == "interleaved":
-        big = np.iinfo(np.int64).max
-        first = g.op("Slice", x, g.ints(0), g.ints(big), g.ints(dim), g.ints(2))
-        second = g.op("Slice", x, g.ints(1), g.ints(big), g.ints(dim), g.ints(2))
-    else:
-        first, second = f"{x}_first", f"{x}_second"
-        g.nodes.append(helper.make_node("Split", [x], [first, second], axis=dim, num_outputs=2))
+    # x as (..., 2, D/2, ...) (halves) or (..., D/2, 2, ...) (interleaved): a Reshape that fails in the
+    # session for an odd D (Split or Slice would give unequal parts that Mul then broadcasts), then the
+    # two parts by Gather on the pair axis
+    pair_axis = axis if call.layout == "halves" else axis + 1
+    half = g.op("Div", g.op("Shape", "x", start=axis, end=axis + 1), g.ints(2))
+    parts = [g.op("Shape", "x", start=0, end=axis)] if axis else []
+    parts += [g.ints(2), half] if call.layout == "halves" else [half, g.ints(2)]
+    parts += [g.op("Shape", "x", start=axis + 1)] if axis + 1 < ndim else []
+    paired = g.op("Reshape", g.op("Cast", "x", to=_elem(_GATED_CT)), g.op("Concat", *parts, axis=0))
+    first, second = (g.op("Gather", paired, g.c(i, "int64"), axis=pair_axis) for i in (0, 1))
     gate, up = (first, second) if call.gate_first else (second, first)
     # every dim dynamic; the split axis is "D" in x and "H" (its half) in y
-    axis = dim % ndim
     x_shape = [("D" if i == axis else f"d{i}") for i in range(ndim)]
     y_shape = [("H" if i == axis else f"d{i}") for i in range(ndim)]
     inputs = ([helper.make_tensor_value_info("dy", elem, y_shape)] if grad else []) + [
         helper.make_tensor_value_info("x", elem, x_shape)]
-    if grad:
+    if grad:  # both halves of dx: stacked on the pair axis, then x's shape
         dgate, dup = _gated_bwd(g, call.act.name, p, g.op("Cast", "dy", to=_elem(_GATED_CT)), gate, up)
         dfirst, dsecond = (dgate, dup) if call.gate_first else (dup, dgate)
-        if call.layout == "interleaved":  # stack the pairs on a new axis after dim, then merge the two
-            after = axis + 1
-            pair = g.op("Concat", g.op("Unsqueeze", dfirst, g.ints(after)),
-                        g.op("Unsqueeze", dsecond, g.ints(after)), axis=after)
-            dx = g.op("Reshape", pair, g.op("Shape", "x"))
-        else:
-            dx = g.op("Concat", dfirst, dsecond, axis=axis)
-        outputs = [(dx, "dx", x_shape)]
+        pa = g.ints(pair_axis)
+        pair = g.op("Concat", g.op("Unsqueeze", dfirst, pa), g.op("Unsqueeze", dsecond, pa), axis=pair_axis)
+        outputs = [(g.op("Reshape", pair, g.op("Shape", "x")), "dx", x_shape)]
     else:
         outputs = [(_gated_fwd(g, call.act.name, p, gate, up), "y", y_shape)]
     what = "backward" if grad else "forward"
