@@ -16,8 +16,8 @@ from . import optable as _ops
 from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS
 from .api import backward, forward, param_grad
-from .errors import BackendError, YFormError
 from .bias_act import FUNCTIONS as _BIAS_ACT
+from .errors import BackendError, YFormError
 from .gated import FUNCTIONS as _GATED
 from .onnx_export import to_onnx
 from .optable import OpSpec
@@ -61,5 +61,6 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 __all__ = [
     "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "explain", "forward",
     "register_op",
-    "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS), *sorted(_GATED), *sorted(_BIAS_ACT),
+    "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
+    *sorted(_GATED), *sorted(_BIAS_ACT),
 ]
