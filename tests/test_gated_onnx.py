@@ -298,3 +298,53 @@ def test_onnx_swiglu_op_is_not_run_by_this_onnx_runtime():
         model.ir_version = 11
         with pytest.raises(Exception, match="NOT_IMPLEMENTED|Swish"):
             ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+# ---- the ascend backend: the same sessions on another provider list, and its torch path ----------------
+
+
+@pytest.fixture
+def cann_path_on_cpu(monkeypatch):
+    """The ascend backend's ORT path with only the provider list swapped for the CPU provider."""
+    from multiact.backends import ascend_backend as A
+
+    monkeypatch.setattr(A, "provider_list", lambda: ["CPUExecutionProvider"])
+    A._runner.clear()
+    yield A
+    A._runner.clear()
+
+
+@pytest.mark.parametrize("op,params", [("swiglu", {"alpha": 1.702, "limit": 7.0}), ("geglu", {"approximate": "tanh"}),
+                                       ("glu", {"act": "softplus", "beta": 2.0, "threshold": 5.0})])
+def test_ascend_runs_the_gated_kernels_on_both_paths(cann_path_on_cpu, op, params):
+    """NumPy arrays: the ORT graphs (here on the CPU provider), the onnxruntime backend's values exactly;
+    torch tensors (CPU here; on an NPU the same torch calls run CANN kernels): near the reference."""
+    A = cann_path_on_cpu
+    call = _call(op, params)
+    assert all(A.supports(call.key, d, "float32") for d in ("forward", "backward"))
+    gate, up, dy = (_x(300, seed=s)[::-1] for s in (1, 2, 3))  # strided views
+    gate[:3] = [8.0, np.nan, -np.inf]
+    out = np.empty_like(gate)
+    A.kernel(call.key, "forward", "float32")(gate, up, out, call.kp)
+    first, second = (gate, up) if call.gate_first else (up, gate)  # the public form's argument order
+    np.testing.assert_array_equal(out, getattr(ma, op)(first, up=second, backend=B, **params))
+    dg, du = np.empty_like(gate), np.empty_like(gate)
+    A.kernel(call.key, "backward", "float32")(dy, gate, up, dg, du, call.kp)
+    dfirst, dsecond = getattr(ma, f"{op}_grad")(dy, first, up=second, backend=B, **params)
+    np.testing.assert_array_equal(dg, dfirst if call.gate_first else dsecond)
+    np.testing.assert_array_equal(du, dsecond if call.gate_first else dfirst)
+    entry = A._runner.entry(call.key, "forward", "float32", tuple(call.kp.values()), call.kp)
+    assert entry.sess.get_providers() == ["CPUExecutionProvider"]
+
+    torch = pytest.importorskip("torch")
+    gate[2] = -50.0  # torch's swish composite, x * sigmoid(beta * x), is NaN at -inf (the elementwise path's too)
+    tg, tu, tdy = (torch.from_numpy(a.copy()) for a in (gate, up, dy))
+    tout = torch.empty_like(tg)
+    A.kernel(call.key, "forward", "float32")(tg, tu, tout, call.kp)
+    ref = gated.reference_forward(call.act, call.kp, gate, up)
+    np.testing.assert_allclose(tout.numpy(), ref, rtol=1e-5, atol=1e-6)
+    tdg, tdu = torch.empty_like(tg), torch.empty_like(tg)
+    A.kernel(call.key, "backward", "float32")(tdy, tg, tu, tdg, tdu, call.kp)
+    rdg, rdu = gated.reference_backward(call.act, call.kp, dy, gate, up)
+    np.testing.assert_allclose(tdg.numpy(), rdg, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tdu.numpy(), rdu, rtol=1e-5, atol=1e-5)
