@@ -18,6 +18,10 @@ once on store.  Contiguous operands run a
 prelu weight) runs a loop over up to four coalesced dimensions that indexes a
 flat base array with element strides, so no operand is ever copied.
 
+The gated family (gated:<act>, `ma.swiglu` and kin) has one kernel per key, direction and layout: the
+family's scalar function of `formulas.build_family` (the activation's own two formulas) over two inputs
+and one output (forward) or three inputs and two outputs (backward), on strided views as they come.
+
 Parameter gradients are reduced on the device in float64: swish's beta
 gradient is returned as a 0-d device array of x's dtype and kind (no host
 synchronisation; `float(g)` fetches it); prelu's weight gradient as a device

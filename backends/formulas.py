@@ -624,10 +624,10 @@ def gated_backward(dy, gate, up, a, b, limit, shift):
 
 def family_formulas(key: str) -> tuple[str, str] | None:
     """(forward formula, backward formula) of the activation behind a composite kernel key ('gated:silu'), or
-    None when formulas.py lacks either (an activation registered without formulas)."""
+    None when formulas.py lacks either (an activation registered without formulas) or the family's templates."""
     entry = FAMILY_KEYS.get(key)
-    if entry is None:
-        return None
+    if entry is None or not all(f"{entry[0].name}_{d}" in _FAMILY for d in ("forward", "backward")):
+        return None  # not a composite key, or a family without templates here
     fwd, bwd = TABLE.get((entry[2], "forward")), TABLE.get((entry[2], "backward"))
     return (fwd, bwd) if fwd and bwd else None
 

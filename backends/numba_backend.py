@@ -7,7 +7,10 @@ functions of `numba_math` (so the loop vectorises), for float64 libm, mirroring
 (op, direction, dtype) in two variants: serial for small arrays (no thread-pool
 wake-up) and parallel.  float16 and non-contiguous arrays go through float32
 (or float64) blocks of `_BLOCK` elements with `np.nditer` buffering, so an
-in-place call never allocates a result-sized temporary.
+in-place call never allocates a result-sized temporary.  The gated family's
+kernels (gated:<act>: two inputs, two outputs backward) are at the end of this
+file: one loop per key, direction and dtype over any strides, without copies
+where the inner stride is 1.
 
 Threads and fork().  The parallel loops run on the threading layer numba picks
 (`NUMBA_THREADING_LAYER`, by default the first of tbb, omp, workqueue that

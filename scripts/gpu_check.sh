@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The cuda backend on a real GPU, in one go (< 8 minutes), ending in one results file to commit:
 #   1. environment: GPU, versions, `multiact info` (host CPU, SIMD, backends and why);
-#   2. tests/cuda with MULTIACT_CUDA_REAL=1 on Numba, CuPy and torch arrays: the shared accuracy
+#   2. tests/cuda and the gated kernels' cuda checks (tests/test_gated_numba_cuda.py: every layout, the
+#      clipped form, in place, specials, on Numba device arrays) with MULTIACT_CUDA_REAL=1; tests/cuda on
+#      Numba, CuPy and torch arrays: the shared accuracy
 #      suite against the float64 reference (every op x case x direction x dtype), sizes, layouts,
 #      in place, prelu/swish parameter gradients, errors, and that every kernel the GPU compiled is
 #      one CI compiles without a GPU (scripts/cuda_ptx_report.py);
@@ -73,7 +75,7 @@ cat "$raw/env.log"
 step info 30 400 "$py" -m multiact info
 
 # 2. the cuda suite on device arrays
-step tests 260 150 "$py" -m pytest tests/cuda -q -p no:cacheprovider -rfE --durations=5 \
+step tests 260 150 "$py" -m pytest tests/cuda tests/test_gated_numba_cuda.py -q -p no:cacheprovider -rfE --durations=5 \
     --junitxml="$raw/tests.xml"
 
 # 3. bandwidth, 16M and 256M, in one process

@@ -40,9 +40,9 @@ CUDA_SAMPLE = ["gated:silu", "gated:gelu", "gated:relu", "gated:sigmoid", "gated
 
 
 def _call_params(key: str) -> dict:
-    """glu's arguments that select kernel key `key`: act= and the variant parameter."""
+    """glu's arguments that select kernel key `key`: act= and the activation's first case for that key."""
     _, spec, act_key = FAMILY_KEYS[key]
-    return {"act": spec.name, "activate": "first", **spec.defn.selecting(act_key)}
+    return {"act": spec.name, "activate": "first", **C.key_cases(spec, act_key)[0]}
 
 
 # ---- inputs and the check ----------------------------------------------------------------------------------
@@ -54,7 +54,7 @@ def _inputs(key: str, dtype, shape, seed: int = 0):
     _, spec, act_key = FAMILY_KEYS[key]
     rng = np.random.default_rng(seed)
     n = math.prod(shape)
-    p = C._rounded(spec, spec.defn.selecting(act_key), np.dtype(dtype))
+    p = C._rounded(spec, C.key_cases(spec, act_key)[0], np.dtype(dtype))
     kinks = [k for k in spec.kinks(p) if abs(k) < 30]
     special = np.array([0.0, -0.0, 1.0, -1.0, *kinks, *[np.nextafter(k, 9.0) for k in kinks]])
     g = np.concatenate([special, rng.uniform(-8, 8, n)])[:n]
@@ -209,8 +209,9 @@ def _specials_case(kind, key: str, dtype) -> None:
 
 # ---- numba ----------------------------------------------------------------------------------------------------
 
-needs_numba = pytest.mark.skipif(CHILD or not registry.availability("numba")[0],
-                                 reason=f"numba: {registry.availability('numba')[1]}")
+# the numba checks run in the parent process of a CPU run (not in the simulator child, not on a GPU run)
+needs_numba = pytest.mark.skipif(CHILD or REAL or not registry.availability("numba")[0],
+                                 reason=f"numba checks run on the CPU test run ({registry.availability('numba')[1]})")
 
 
 @needs_numba
