@@ -277,7 +277,7 @@ def call_gated_grad(cdef: Any, call: Any, dy: Any, x: Any, up: Any, out: Any, ba
     # both results of a block in one array, (2, *block): one pass per chunk, then two lazy views
     both = da.blockwise(chunk, (-1, *ind), arrays["dy"], ind, arrays["x"], ind, arrays["up"], ind,
                         new_axes={-1: 2}, dtype=arrays["x"].dtype,
-                        meta=np.empty((0,) * (len(ind) + 1), arrays["x"].dtype), token=token)
+                        meta=arrays["x"]._meta.reshape((0,) * (len(ind) + 1)), token=token)
     return both[0], both[1]
 
 
