@@ -16,8 +16,8 @@ from . import optable as _ops
 from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS
 from .api import backward, forward, param_grad
-from .bias_act import FUNCTIONS as _BIAS_ACT
 from .errors import BackendError, YFormError
+from .fused_bias_act import FUNCTIONS as _BIAS_ACT
 from .gated import FUNCTIONS as _GATED
 from .onnx_export import to_onnx
 from .optable import OpSpec

@@ -326,7 +326,7 @@ BIAS_ACT = Family(
     "bias_act", ("x", "b", "scale"), ("dx", "db", "dscale"), ("gain", "clamp"),
     "z = x * scale + b; y = clip(act(z) * gain, -clamp, clamp); dz = act'(z) * dy * gain (0 where clipped);"
     " dx = dz * scale; db = sum of dz; dscale = sum of dz * x (per channel, or elementwise for full-shape b, scale)",
-    own_keys=("linear",),
+    own_keys=("linear",),  # its own activation beside the table's: optable.LINEAR
 )
 FAMILIES: dict[str, Family] = {f.name: f for f in (GATED,)}
 

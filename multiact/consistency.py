@@ -424,3 +424,159 @@ def _gated_reference(act: OpSpec, kp: dict[str, Any], dtype: np.dtype, gate: np.
         sign_y = (g == 0) | ((u == 0) & signed)
         sign_du = (g == 0) | ((d == 0) & signed)
     return y, dgate, dup, (slack_y, slack_du), (sign_y, sign_du)
+
+
+# ---- bias_act: x, b and scale in; dx, db and dscale out ------------------------------------------------
+
+# (dim, b, scale, gain, clamp) rotated over the cases: per-channel ("c") or full-shape ("full") b and
+# scale along dims 1, -1 and 0, StyleGAN's gain, and a clamp that is hit.
+_BIAS_FORMS = (
+    {"dim": 1, "b": "c"}, {"dim": -1, "b": "c", "scale": "c"}, {"dim": 0, "b": "full"},
+    {"dim": 1, "scale": "c", "gain": 2 ** 0.5}, {"dim": 1, "b": "c", "clamp": 2.0, "gain": 2 ** 0.5},
+    {"dim": -1, "b": "full", "scale": "full"}, {"dim": 0}, {"dim": 1, "b": "c", "scale": "full", "clamp": 0.0},
+)
+
+
+def bias_act_cases() -> list[dict[str, Any]]:
+    """Every activation (linear and the table's but prelu, each with its parameter cases) in a rotating
+    form, and every form with a few activations."""
+    from ._opdefs import composable
+    from .optable import LINEAR
+
+    cases = [{"act": LINEAR.name}]
+    for spec in OPS.values():
+        if composable(spec.defn):
+            cases += [{"act": spec.name, **c} for c in param_cases(spec)]
+    out = [{**_BIAS_FORMS[i % len(_BIAS_FORMS)], **c} for i, c in enumerate(cases)]
+    out += [{**f, "act": act} for f in _BIAS_FORMS for act in ("leaky_relu", "gelu", "sigmoid")]
+    return out
+
+
+def bias_act_failures(backend: str | None, params: dict[str, Any], dtype: Any, to_kind: Any = None,
+                      from_kind: Any = None) -> list[str]:
+    """One bias_act case, forward and backward (dx, db, dscale), against the float64 composition; the
+    failures described.  `params`: the op's and the activation's parameters, and "b" / "scale" as "c"
+    (one per channel) or "full" (x's shape)."""
+    import multiact as ma
+
+    from . import fused_bias_act as B
+
+    dtype = np.dtype(dtype)
+    to_kind = to_kind or (lambda a: a)
+    from_kind = from_kind or (lambda a: np.asarray(a))
+    params = dict(params)
+    kinds = {k: params.pop(k, None) for k in ("b", "scale")}
+    own = {k: v for k, v in params.items() if k in B.DEFN.param_names}
+    extra = {k: v for k, v in params.items() if k not in B.DEFN.param_names}
+    call = B.resolve(own, extra, "bias_act()")
+    shape = (6, 5, 7)
+    dim = own.get("dim", 1) % 3
+    rng = np.random.default_rng(sum(map(ord, str(sorted(params.items())))) % 1000)
+    x0, dy0 = zero_pairs(dtype)
+    n = int(np.prod(shape))
+    x = np.resize(np.concatenate([x0, sample_x(call.act if call.act.name != "linear" else OPS["relu"],
+                                               call.act_p if call.act.name != "linear" else {}, dtype, n=200)]), n)
+    x = rng.permutation(x).reshape(shape).astype(dtype)
+    dy = np.resize(np.concatenate([dy0, rng.standard_normal(n).astype(dtype)]), n).reshape(shape).astype(dtype)
+    c = shape[dim]
+
+    def side(kind, lo, hi):
+        if kind is None:
+            return None, None
+        vals = rng.uniform(lo, hi, c if kind == "c" else shape).astype(dtype)
+        if kind == "c":
+            bshape = [1, 1, 1]
+            bshape[dim] = c
+            return vals, np.broadcast_to(vals.reshape(bshape), shape)
+        return vals, vals
+
+    b, b_full = side(kinds["b"], -1.0, 1.0)
+    s, s_full = side(kinds["scale"], -2.0, 2.0)
+    kw = {**own, **extra}
+    y = from_kind(ma.bias_act(to_kind(x), None if b is None else to_kind(b), scale=None if s is None else to_kind(s),
+                              backend=backend, **kw))
+    grads = ma.bias_act_grad(to_kind(dy), to_kind(x), None if b is None else to_kind(b),
+                             scale=None if s is None else to_kind(s), backend=backend, **kw)
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    dx = from_kind(grads[0])
+    db = None if b is None else from_kind(grads[1])
+    ds = None if s is None else from_kind(grads[2])
+    ref = _bias_act_reference(call, dtype, x, b_full, s_full, dy)
+    act = _widened(call.act)
+    failures = []
+    with np.errstate(all="ignore"):
+        gain = call.kp["gain"]
+        checks = [("forward y", y, ref["y"], "forward", np.abs(ref["z"]) * abs(gain), ref["slack_y"]),
+                  ("backward dx", dx, ref["dx"], "backward", np.abs(ref["e"] * (1.0 if s is None else s_full)),
+                   ref["slack_dx"])]
+        for what, got, want, direction, scale, slack in checks:
+            if got.shape != want.shape:
+                failures.append(f"{what}: shape {got.shape}, expected {want.shape}")
+                continue
+            v = compare(np.ascontiguousarray(got), want, ref["z"].astype(dtype), act, direction, scale=scale,
+                        params=call.act_p, slack=slack, zero_sign=np.zeros(want.shape, bool))
+            if not v.passed:
+                failures.append(f"{what}: {v.describe()}")
+        for what, got, elem, kind in (("backward db", db, ref["dz"], kinds["b"]),
+                                      ("backward dscale", ds, ref["dz"] * x.astype(np.float64), kinds["scale"])):
+            if got is None:
+                continue
+            bound_e = ref["bound_dz"] * (1.0 if what.endswith("db") else np.abs(x.astype(np.float64)))
+            if kind == "c":
+                axes = tuple(a for a in range(3) if a != dim)
+                finite = np.isfinite(elem)
+                want = np.where(finite, elem, 0).sum(axis=axes) + np.where(finite, 0, elem).sum(axis=axes)
+                bound = np.where(finite, bound_e, 0).sum(axis=axes)
+            else:
+                want, bound = elem, bound_e
+            r_round = want.astype(dtype).astype(np.float64)
+            bound = bound + np.spacing(np.abs(r_round).astype(dtype)).astype(np.float64)
+            g = np.asarray(got, np.float64)
+            ok = np.where(np.isnan(want), np.isnan(g), np.where(np.isinf(r_round), g == r_round,
+                                                                 np.abs(g - want) <= bound))
+            if g.shape != want.shape or not ok.all():
+                bad = np.flatnonzero(~ok.reshape(-1))[:4] if g.shape == want.shape else []
+                failures.append(f"{what}: {len(bad)} bad, e.g. " + ", ".join(
+                    f"got {g.reshape(-1)[i]!r} want {want.reshape(-1)[i]!r}" for i in bad))
+    return failures
+
+
+def _bias_act_reference(call: Any, dtype: np.dtype, x: np.ndarray, b: np.ndarray | None, s: np.ndarray | None,
+                        dy: np.ndarray) -> dict[str, np.ndarray]:
+    """The float64 composition on z as kernels hold it: x * scale + b rounded to the compute precision
+    (float32 below float64); `slack_*`: the effect of z's last bit (a kernel may fuse x * scale + b into
+    one rounding), measured on the reference itself; `bound_dz`: dz's elementwise bound, for the sums."""
+    compute = np.float64 if dtype == np.float64 else np.float32
+    eps = float(np.finfo(compute).eps)
+    act, p, gain, clamp = call.act, call.act_p, call.kp["gain"], call.kp["clamp"]
+    with np.errstate(all="ignore"):
+        xc = x.astype(compute)
+        z = xc if s is None else xc * s.astype(compute)
+        z = (z if b is None else z + b.astype(compute)).astype(np.float64)
+        d = dy.astype(np.float64)
+
+        def fwd(zz):
+            y = act.forward(zz, **p) * gain
+            return y if clamp == np.inf else np.clip(y, -clamp, clamp)
+
+        e = d * gain
+        if clamp != np.inf:
+            e = np.where(np.abs(act.forward(z, **p) * gain) > clamp, 0.0, e)
+
+        def bwd(zz):
+            return act.backward(e, zz, **p)
+
+        def wiggle(f):
+            base = f(z)
+            out = np.zeros_like(base)
+            for k in (-2, 2):
+                out = np.maximum(out, np.abs(f(z * (1 + k * eps)) - base))
+            return np.where(np.isfinite(out), out, 0.0)
+
+        dz = bwd(z)
+        sf = 1.0 if s is None else s.astype(np.float64)
+        tol = act.tol.ulp(dtype.name) + 1
+        spacing = np.spacing(np.abs(dz).astype(dtype)).astype(np.float64)
+        bound_dz = tol * np.where(np.isfinite(spacing), spacing, 0) + act.tol.bwd_atol * eps * np.abs(e) + wiggle(bwd)
+        return {"z": z, "y": fwd(z), "dx": dz * sf, "dz": dz, "e": e, "slack_y": wiggle(fwd),
+                "slack_dx": wiggle(bwd) * np.abs(sf), "bound_dz": bound_dz}

@@ -39,8 +39,26 @@ def _same_kind(fn: str, named: dict[str, Any]) -> str:
     return "numpy" if k in _HOST_KINDS else k
 
 
+def same_given_dtype(fn: str, named: dict[str, Any]) -> None:
+    """The caller's arrays have one dtype as given (bfloat16 is computed on a float32 copy, which must not
+    hide a bfloat16 dy beside a float32 x); TypeError naming them.  Byte order does not count."""
+    given = {n: _given_dtype(a) for n, a in named.items() if a is not None and hasattr(a, "dtype")}
+    if len(set(given.values())) > 1:
+        (n0, d0), *rest = given.items()
+        n1, d1 = next((n, d) for n, d in rest if d != d0)
+        raise TypeError(f"{fn}: {n1} has dtype {d1} but {n0} has {d0}; they must match")
+
+
+def _given_dtype(a: Any) -> str:
+    dt = a.dtype
+    if isinstance(dt, np.dtype):
+        return dt.newbyteorder("=").name if dt.byteorder not in ("=", "|") else dt.name
+    return str(dt).replace("torch.", "")
+
+
 def _host(fn: str, named: dict[str, Any]) -> dict[str, np.ndarray]:
     """NumPy views of the host inputs (None is refused by name), one dtype and one shape."""
+    same_given_dtype(fn, named)
     arrs = {n: _arrays.as_host_array(a, f"{fn}: {n}") for n, a in named.items()}
     ref_name, ref = next(iter(arrs.items()))
     for n, a in arrs.items():

@@ -135,6 +135,7 @@ class _Like:
 
 def _host_views(fn: str, call: GatedCall, x: Any, up: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(x as NumPy, gate, up) for a host call; the two-input form checks that up matches x."""
+    dispatch.same_given_dtype(fn, {"x": x, "up": up})
     xa = _arrays.as_host_array(x, f"{fn}: x")
     if up is None:
         dim = _axis(fn, xa.shape, call.dim, call.layout)
@@ -215,6 +216,7 @@ def backward(cdef: CompositeDef, dy: Any, x: Any, up: Any, given: dict[str, Any]
         return dask_arrays.call_gated_grad(cdef, call, dy, x, up, out, backend)
     if kind != "numpy":
         return _backward_device(fn, call, kind, dy, x, up, out, backend)
+    dispatch.same_given_dtype(fn, {"x": x, "dy": dy})
     xa, gate, upv = _host_views(fn, call, x, up)
     dya = _arrays.as_host_array(dy, f"{fn}: dy")
     _same(fn, gate, dya, ("the result", "dy"))

@@ -292,7 +292,11 @@ def get(name: str) -> OpSpec:
 # Composite kernel key ("gated:silu") -> (its family, the activation's spec, the activation's key).
 FAMILY_KEYS: dict[str, tuple[Any, OpSpec, str]] = {f.key(k): (f, OPS[d.name], k) for f, d, k in family_keys()}
 
-# bias_act:<act> -> (its family, the activation's spec or None for linear, the activation's key).
-BIAS_ACT_KEYS: dict[str, tuple[Any, OpSpec | None, str]] = {
+# bias_act's own activation, the identity (StyleGAN's 'linear'): not an op of the table.
+LINEAR = OpSpec(OpDef("linear", "The identity: bias_act's default activation.", "x"),
+                forward=lambda x: x * 1.0, backward=lambda dy, x: dy * np.ones_like(x), tol=_LINEAR, exact=True)
+
+# bias_act:<act> -> (its family, the activation's spec, the activation's key).
+BIAS_ACT_KEYS: dict[str, tuple[Any, OpSpec, str]] = {
     BIAS_ACT.key(k): (BIAS_ACT, OPS[d.name], k) for d in DEFINITIONS.values() if composable(d) for k in d.keys}
-BIAS_ACT_KEYS.update({BIAS_ACT.key(k): (BIAS_ACT, None, k) for k in BIAS_ACT.own_keys})
+BIAS_ACT_KEYS[BIAS_ACT.key(LINEAR.name)] = (BIAS_ACT, LINEAR, LINEAR.name)

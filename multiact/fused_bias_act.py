@@ -21,34 +21,27 @@ import numpy as np
 
 from . import _arrays, dispatch, registry
 from ._opdefs import BIAS_ACT, F32_MAX, CompositeDef, Param, composable
+from .optable import LINEAR as LINEAR_SPEC
 from .optable import OPS, OpSpec
 
-LINEAR = "linear"
-
-
-def _linear_fwd(z):
-    return z
-
-
-def _linear_bwd(dy, z):
-    return dy * np.ones_like(z)
+LINEAR = LINEAR_SPEC.name
 
 
 class BiasActCall:
-    """One call's checked parameters: the activation (None for linear), its parameters, the kernel's."""
+    """One call's checked parameters: the activation (optable.LINEAR for linear), its parameters, the
+    kernel's."""
 
-    __slots__ = ("act", "act_p", "key", "kp", "dim", "name")
+    __slots__ = ("act", "act_p", "key", "kp", "dim")
 
-    def __init__(self, act: OpSpec | None, act_p: dict, kp: dict, dim: int):
+    def __init__(self, act: OpSpec, act_p: dict, kp: dict, dim: int):
         self.act, self.act_p, self.kp, self.dim = act, act_p, kp, dim
-        self.name = LINEAR if act is None else act.name
-        self.key = BIAS_ACT.key(LINEAR if act is None else act.kernel_key(act_p))
+        self.key = BIAS_ACT.key(act.kernel_key(act_p))
 
     def forward_ref(self, z: np.ndarray) -> np.ndarray:
-        return _linear_fwd(z) if self.act is None else self.act.forward(z, **self.act_p)
+        return self.act.forward(z, **self.act_p)
 
     def backward_ref(self, dy: np.ndarray, z: np.ndarray) -> np.ndarray:
-        return _linear_bwd(dy, z) if self.act is None else self.act.backward(dy, z, **self.act_p)
+        return self.act.backward(dy, z, **self.act_p)
 
 
 DEFN = CompositeDef(
@@ -74,7 +67,7 @@ def resolve(given: Mapping[str, Any], extra: Mapping[str, Any], fn: str) -> Bias
     if name == LINEAR:
         if extra:
             raise TypeError(f"{fn}: unexpected keyword argument {sorted(extra)[0]!r}; linear's parameters: none")
-        act, act_p = None, {}
+        act, act_p = LINEAR_SPEC, {}
     else:
         act = OPS.get(name)
         if act is None or not composable(act.defn):
@@ -88,8 +81,7 @@ def resolve(given: Mapping[str, Any], extra: Mapping[str, Any], fn: str) -> Bias
 
 
 def _check_precision(call: BiasActCall, dtype: Any, fn: str) -> None:
-    if call.act is not None:
-        call.act.check_precision(call.act_p, dtype, fn)
+    call.act.check_precision(call.act_p, dtype, fn)
     if getattr(dtype, "itemsize", 8) <= 4:
         for k in ("gain", "clamp"):
             v = call.kp[k]
@@ -173,7 +165,8 @@ def _writable3(a: np.ndarray, o: int, c: int, i: int) -> tuple[np.ndarray, bool]
         return np.empty((o, c, i), a.dtype), False
 
 
-def _prepare(fn: str, call: BiasActCall, x: Any, b: Any, scale: Any):
+def _prepare(fn: str, call: BiasActCall, x: Any, b: Any, scale: Any, dy: Any = None):
+    dispatch.same_given_dtype(fn, {"x": x, "b": b, "scale": scale, "dy": dy})
     xa = _arrays.as_host_array(x, f"{fn}: x")
     dim = None if b is None and scale is None else _axis(fn, xa.shape, call.dim)
     ba = None if b is None else _side(fn, "b", b, xa, dim)
@@ -225,7 +218,7 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
     dispatch._check_backend(fn, backend)
     call = resolve(given, extra, fn)
     _refuse(fn, dy, x, b, scale, out)
-    xa, dim, ba, sa = _prepare(fn, call, x, b, scale)
+    xa, dim, ba, sa = _prepare(fn, call, x, b, scale, dy)
     dya = _arrays.as_host_array(dy, f"{fn}: dy")
     if dya.dtype != xa.dtype:
         raise TypeError(f"{fn}: dy has dtype {dya.dtype} but x has {xa.dtype}; they must match")
@@ -241,6 +234,13 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
     else:
         dx = _out(fn, outs[0])
         dispatch.check_out(fn, dx, ins, xa)
+        sides = [a for a in (ba, sa) if a is not None]
+        if ba is None:  # (dx, None, dscale)
+            sides = [None, sa]
+        for dst, like in zip(outs[1:], sides, strict=True):  # all checked before anything is written
+            if dst is not None and like is not None:
+                d = _out(fn, dst)
+                dispatch.check_out(fn, d, {**ins, "out[0]": dx}, like)
     dx3, direct = _writable3(dx, o, c, i)
     b3, s3 = _per_channel(ba, sa, xa, o, c, i)
     full_b = ba is not None and not _channelwise(ba, xa)
@@ -264,9 +264,7 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
     if outs is not None:
         for dst, got in zip(outs[1:], results[1:], strict=True):
             if dst is not None and got is not None:
-                d = _out(fn, dst)
-                dispatch.check_out(fn, d, {}, got)
-                d[...] = got
+                _out(fn, dst)[...] = got
         for dst in outs:
             if dst is not None:
                 _arrays.mark_written(dst)
