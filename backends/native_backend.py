@@ -97,6 +97,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         return _prelu(s, symbol, dtype, key, direction)
     if signature == "prelu_weight_grad":
         return _prelu_weight_grad(s, symbol, dtype)
+    if signature in ("gated", "gated_grad"):
+        return _gated(s, row, dtype, signature == "gated_grad")
     return _swish_beta_grad(s, symbol, dtype, cost)
 
 
@@ -265,3 +267,83 @@ def _swish_beta_grad(s: dict, symbol: str, dtype: str, cost: int) -> Callable:
         return float(fn(dyf, xf, x.size, float(np.float32(p["beta"])), cost, get_num_threads()))
 
     return k
+
+
+# ---- the gated family (gated:<act>): strided 2-D views straight to C ---------------------------------
+
+
+def _plane(arrays: tuple[np.ndarray, ...]) -> tuple[int, int, list[int], list[int]] | None:
+    """(rows, n, row strides, element strides), strides in elements, that address every array (all of one
+    shape) as rows x n, or None where no such form exists.  Size-1 dims are dropped and neighbouring dims
+    merged where every array allows it (stride of the outer = stride x size of the inner), so the halves
+    along any dim of a C-contiguous array, its interleaved pairs and contiguous arrays all come out 2-D."""
+    item = arrays[0].itemsize
+    shape = arrays[0].shape
+    keep = [k for k, size in enumerate(shape) if size != 1]
+    if any(st % item for a in arrays for st in a.strides):
+        return None
+    if not keep:
+        return 1, 1, [0] * len(arrays), [1] * len(arrays)
+    sizes = [shape[keep[-1]]]
+    strides = [[a.strides[keep[-1]] // item] for a in arrays]
+    for k in reversed(keep[:-1]):
+        if all(a.strides[k] // item == st[0] * sizes[0] for a, st in zip(arrays, strides, strict=True)):
+            sizes[0] *= shape[k]
+        else:
+            if len(sizes) == 2:
+                return None
+            sizes.insert(0, shape[k])
+            for a, st in zip(arrays, strides, strict=True):
+                st.insert(0, a.strides[k] // item)
+    if len(sizes) == 1:
+        return 1, sizes[0], [0] * len(arrays), [st[0] for st in strides]
+    return sizes[0], sizes[1], [st[0] for st in strides], [st[1] for st in strides]
+
+
+def _gated(s: dict, row: tuple, dtype: str, backward: bool) -> Callable:
+    """forward kernel(gate, up, out, p); backward kernel(dy, gate, up, dgate, dup, p).  The views go to C
+    as pointers and strides (no copy) whenever one rows x n form addresses all of them (see _plane);
+    otherwise (views no 2-D form reaches, e.g. a transposed 3-D input, or misaligned arrays, which the C
+    code may not dereference) the inputs are copied to aligned C-contiguous arrays, computed into
+    contiguous results and written back; in place stays safe, as every input is read before the
+    write-back."""
+    from multiact import get_num_threads
+
+    lib, ffi = s["lib"], s["ffi"]
+    _, sym, _, names, cost = row
+    fn = getattr(lib, sym)
+    ct = "float *" if dtype == "float32" else "uint16_t *"
+    n_in = 3 if backward else 2
+    slots = (0, 1, 2, 3, 4) if backward else (1, 2, 3)
+
+    def params(p):
+        vals = [float(p[n]) for n in names] + [0.0] * (4 - len(names))
+        return ffi.new("ma_params *", {"a": vals[0], "b": vals[1], "c": vals[2], "d": vals[3],
+                                       "limit": float(p["limit"]), "shift": float(p["shift"])})
+
+    def call(arrays, pp):
+        plane = _plane(arrays) if all(a.flags.aligned for a in arrays) else None
+        if plane is None:
+            ins = tuple(np.require(a, requirements="CA") for a in arrays[:n_in])
+            outs = tuple(np.empty(a.shape, a.dtype) for a in arrays[n_in:])
+            call((*ins, *outs), pp)
+            for o, t in zip(arrays[n_in:], outs, strict=True):
+                o[...] = t
+            return
+        rows, n, rs, es = plane
+        g = ffi.new("ma_gshape *")
+        g.rows, g.n, g.cost, g.nthreads = rows, n, cost, get_num_threads()
+        for slot, r, e in zip(slots, rs, es, strict=True):
+            g.rs[slot], g.es[slot] = r, e
+        fn(*(ffi.cast(ct, a.__array_interface__["data"][0]) for a in arrays), g, pp)
+
+    if backward:
+        def kb(dy, gate, up, dgate, dup, p):
+            if dy.size:
+                call((dy, gate, up, dgate, dup), params(p))
+        return kb
+
+    def kf(gate, up, out, p):
+        if out.size:
+            call((gate, up, out), params(p))
+    return kf

@@ -9,6 +9,11 @@ C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sig
 An op's elementwise kernels are its kernel keys (forward), `<key>_grad` or the op's shared backward
 kernel, and `<key>_grad_y` for a backward of its own from the output; an op with an array parameter
 (prelu) and the parameter gradients have signatures of their own.
+
+Composite kernels (`_opdefs.family_keys()`): one forward and one backward per family and activation
+key, kernel key `gated:<act key>`, C name `Family.cname` (`gated_silu`, `gated_silu_grad`); row
+`op` is the family's name.  They take 2-D strided views (rows x n, a row and an element stride per
+array, see ma_native.h's ma_gshape) and run the activation's own bodies (op_<key>, op_<backward>).
 """
 
 from __future__ import annotations
@@ -36,7 +41,14 @@ def _load_definitions():
     return sys.modules[name]
 
 
-DEFS = _load_definitions().DEFS
+_OPDEFS = _load_definitions()
+DEFS = _OPDEFS.DEFS
+
+
+def _gated_keys():
+    """(family, activation, activation key) of the composite kernels native builds: the gated family's
+    (other families have signatures of their own, not built here yet)."""
+    return [(f, d, k) for f, d, k in _OPDEFS.family_keys() if f.name == _OPDEFS.GATED.name]
 
 
 class Kernel(NamedTuple):
@@ -47,7 +59,7 @@ class Kernel(NamedTuple):
     isa: str
     cname: str
     symbol: str
-    signature: str  # unary | binary | prelu | prelu_weight_grad | swish_beta_grad
+    signature: str  # unary | binary | prelu | prelu_weight_grad | swish_beta_grad | gated | gated_grad
 
 
 def _channel_op(d) -> bool:
@@ -69,7 +81,20 @@ def _rows() -> list[tuple[str, str, str, str, str]]:
         if d.param_grad:
             sig = "prelu_weight_grad" if _channel_op(d) else "swish_beta_grad"
             rows.append((d.name, d.name, "param_grad", f"{d.name}_{d.param_grad}_grad", sig))
+    for fam, _, k in _gated_keys():
+        rows += [(fam.name, fam.key(k), direction, fam.cname(k, direction), fam.name + sig)
+                 for direction, sig in (("forward", ""), ("backward", "_grad"))]
     return rows
+
+
+def family_bodies() -> list[tuple[str, str, str, str]]:
+    """(forward C name, backward C name, the activation's forward body, its backward body) of every
+    composite kernel: the bodies are the activation's own elementwise kernels (op_<name> in ma_ops.h)."""
+    out = []
+    for fam, d, k in _gated_keys():
+        names = d.kernel_names(k)
+        out.append((fam.cname(k, "forward"), fam.cname(k, "backward"), names["forward"], names["backward"]))
+    return out
 
 
 def _elementwise(signature: str) -> tuple[str, ...]:
@@ -79,6 +104,8 @@ def _elementwise(signature: str) -> tuple[str, ...]:
 # Elementwise C kernels: unary x -> y, binary (dy, x or y) -> dx (a shared one, such as shrink_grad, once).
 UNARY = _elementwise("unary")
 BINARY = _elementwise("binary")
+# Composite C kernels (gated_<act key>, gated_<act key>_grad).
+GATED = _elementwise("gated") + _elementwise("gated_grad")
 
 # A kernel's time per element relative to relu's (the definitions' `cost`: in cache, 64K float32, one
 # thread, AVX2, measured on AMD EPYC family 23 model 1 = Zen 1, where relu takes ~0.21 ns; after the
@@ -89,9 +116,17 @@ BINARY = _elementwise("binary")
 COST = {name: c for d in DEFS for key in d.keys for name, c in d.costs(key).items() if c != 1}
 COST.update({f"{d.name}_{d.param_grad}_grad": d.param_grad_cost
              for d in DEFS if d.param_grad and d.param_grad_cost != 1})
+# A composite kernel: its activation's forward plus the product (forward), or the activation's forward
+# and backward plus the products (backward).  Not measured: derived, as the threshold only needs the scale.
+for _fam, _d, _k in _gated_keys():
+    _cf, _cb = _d.cost.get(_k, (1, 1))
+    COST[_fam.cname(_k, "forward")] = _cf + 1
+    COST[_fam.cname(_k, "backward")] = _cf + _cb + 1
 
 # C kernel name -> the op parameters packed into ma_params (a, b, ...), in the definition's slot order.
 _PARAMS = {r[3]: d.float_params for d in DEFS for r in _rows() if r[0] == d.name and d.float_params}
+_PARAMS.update({fam.cname(k, direction): d.float_params for fam, d, k in _gated_keys()
+                for direction in ("forward", "backward") if d.float_params})
 
 
 def arch(machine: str | None = None) -> str:
@@ -148,7 +183,10 @@ def x_macro_header() -> str:
     kind = {n: "split" if n in split else "plain" for n in (*UNARY, *BINARY)}
     lines = [f"    MA_UNARY({n}, {kind[n]})" for n in UNARY] + [f"    MA_BINARY({n}, {kind[n]})" for n in BINARY]
     body = " \\\n".join(lines)
-    return f"/* Generated from native/kernels.py; do not edit. */\n#define MA_KERNEL_LIST \\\n{body}\n"
+    gated = " \\\n".join(f"    MA_GATED({f}, {b}, {af}, {ab})" for f, b, af, ab in family_bodies())
+    return (f"/* Generated from native/kernels.py; do not edit. */\n#define MA_KERNEL_LIST \\\n{body}\n"
+            f"/* MA_GATED(forward name, backward name, activation forward body, activation backward body) */\n"
+            f"#define MA_GATED_LIST \\\n{gated}\n")
 
 
 _SIGS = {
@@ -158,6 +196,9 @@ _SIGS = {
              "const float *w, int nthreads);",
     "prelu_weight_grad": "void {s}(const {t} *dy, const {t} *x, size_t outer, size_t c, size_t inner, double *acc);",
     "swish_beta_grad": "double {s}(const {t} *dy, const {t} *x, size_t n, float beta, unsigned cost, int nthreads);",
+    "gated": "void {s}(const {t} *gate, const {t} *up, {t} *y, const ma_gshape *s, const ma_params *p);",
+    "gated_grad": "void {s}(const {t} *dy, const {t} *gate, const {t} *up, {t} *dgate, {t} *dup, "
+                  "const ma_gshape *s, const ma_params *p);",
 }
 
 

@@ -10,10 +10,9 @@ import pytest
 from conftest import host_backends, supports
 
 import multiact as ma
-from multiact import compat
+from multiact import compat, registry
 from multiact import consistency as C
 from multiact import fused_bias_act as B
-from multiact import registry
 from multiact.optable import FLOAT_DTYPES
 
 BACKENDS = host_backends()

@@ -12,7 +12,25 @@
 typedef struct ma_params {
     float a, b, c, d;
     int stream; /* set by ma_run_*: the whole call is larger than the caches (non-temporal stores) */
+    /* The gated family (gated_<act>): the gate is clipped above at limit, up to [-limit, limit] and
+     * shifted by shift (GPT-OSS: 7, 1); limit = +inf: no clip, no shift, no masking. */
+    float limit, shift;
 } ma_params;
+
+/* The layout of one gated call (gated_<act>, gated_<act>_grad): every array is rows x n elements,
+ * element (r, c) of array k at base_k + r * rs[k] + c * es[k] (strides in elements, any sign).
+ * Arrays k: 0 dy, 1 gate, 2 up, 3 y (forward) or dgate (backward), 4 dup; the forward ignores 0 and 4.
+ * Outputs may be the very same memory as inputs (in place: every input of an element is read before
+ * any output is written), never overlap them otherwise.  Fast paths: every element stride 1
+ * (contiguous rows); gate and up interleaved (element stride 2, one element apart, de-interleaved in
+ * registers) with contiguous or interleaved outputs; anything else gathers per vector.  Threads: the
+ * rows x n elements cut in chunks as the unary kernels are (ma_chunks_for with cost). */
+typedef struct ma_gshape {
+    size_t rows, n;
+    ptrdiff_t rs[5], es[5];
+    unsigned cost;
+    int nthreads;
+} ma_gshape;
 
 /* The kernel table of native/kernels.py, one "op direction dtype isa symbol ..." line per kernel. */
 const char *ma_kernel_table(void);

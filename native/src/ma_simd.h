@@ -44,6 +44,11 @@ static inline VI vi_sar1(VI i) { return (VI)((int32_t)i >> 1); }
 typedef double VD;
 #define V2D(v) ((double)(v))
 #define D2V(d) ((float)(d))
+/* Pairs: p[0..2W) as its even and odd elements (and back), for interleaved layouts. */
+#define VLOAD2(p, ev, od) (*(ev) = (p)[0], *(od) = (p)[1])
+#define VLOAD2_H(p, ev, od) (*(ev) = ma_h2f((p)[0]), *(od) = ma_h2f((p)[1]))
+#define VSTORE2(p, ev, od) ((p)[0] = (ev), (p)[1] = (od))
+#define VSTORE2_H(p, ev, od) ((p)[0] = ma_f2h(ev), (p)[1] = ma_f2h(od))
 
 #elif defined(MA_ISA_AVX2)
 
@@ -73,6 +78,36 @@ typedef int32_t VM __attribute__((vector_size(32)));
 typedef double VD __attribute__((vector_size(64)));
 #define V2D(v) __builtin_convertvector((v), VD)
 #define D2V(d) __builtin_convertvector((d), V)
+/* Pairs: 16 consecutive elements as their 8 even and 8 odd ones (and back), in registers:
+ * shufps picks evens/odds per 128-bit lane, vpermpd puts the 64-bit pieces in order. */
+static inline __attribute__((always_inline)) void ma_deint(__m256 a, __m256 b, V *ev, V *od) {
+    __m256 e = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), o = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    *ev = (V)_mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+    *od = (V)_mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+static inline __attribute__((always_inline)) void ma_inter(V ev, V od, __m256 *a, __m256 *b) {
+    __m256 lo = _mm256_unpacklo_ps((__m256)ev, (__m256)od), hi = _mm256_unpackhi_ps((__m256)ev, (__m256)od);
+    *a = _mm256_permute2f128_ps(lo, hi, 0x20);
+    *b = _mm256_permute2f128_ps(lo, hi, 0x31);
+}
+#define VLOAD2(p, ev, od) ma_deint(_mm256_loadu_ps(p), _mm256_loadu_ps((p) + 8), (ev), (od))
+#define VLOAD2_H(p, ev, od)                                                   \
+    ma_deint(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))),          \
+             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((p) + 8))), (ev), (od))
+#define VSTORE2(p, ev, od)                                                    \
+    do {                                                                      \
+        __m256 a2_, b2_;                                                      \
+        ma_inter((ev), (od), &a2_, &b2_);                                     \
+        _mm256_storeu_ps((p), a2_);                                           \
+        _mm256_storeu_ps((p) + 8, b2_);                                       \
+    } while (0)
+#define VSTORE2_H(p, ev, od)                                                                          \
+    do {                                                                                              \
+        __m256 a2_, b2_;                                                                              \
+        ma_inter((ev), (od), &a2_, &b2_);                                                             \
+        _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(a2_, _MM_FROUND_TO_NEAREST_INT));            \
+        _mm_storeu_si128((__m128i *)((p) + 8), _mm256_cvtps_ph(b2_, _MM_FROUND_TO_NEAREST_INT));      \
+    } while (0)
 
 #elif defined(MA_ISA_NEON)
 
@@ -93,6 +128,27 @@ typedef int32_t VM __attribute__((vector_size(16)));
 typedef double VD __attribute__((vector_size(32)));
 #define V2D(v) __builtin_convertvector((v), VD)
 #define D2V(d) __builtin_convertvector((d), V)
+/* Pairs: vld2 / vst2 de-interleave and interleave on the way. */
+#define VLOAD2(p, ev, od)                                                             \
+    do {                                                                              \
+        float32x4x2_t t2_ = vld2q_f32(p);                                             \
+        *(ev) = (V)t2_.val[0], *(od) = (V)t2_.val[1];                                 \
+    } while (0)
+#define VLOAD2_H(p, ev, od)                                                           \
+    do {                                                                              \
+        float16x4x2_t t2_ = vld2_f16((const __fp16 *)(p));                            \
+        *(ev) = (V)vcvt_f32_f16(t2_.val[0]), *(od) = (V)vcvt_f32_f16(t2_.val[1]);     \
+    } while (0)
+#define VSTORE2(p, ev, od)                                                            \
+    do {                                                                              \
+        float32x4x2_t t2_ = {{(float32x4_t)(ev), (float32x4_t)(od)}};                 \
+        vst2q_f32((p), t2_);                                                          \
+    } while (0)
+#define VSTORE2_H(p, ev, od)                                                                      \
+    do {                                                                                          \
+        float16x4x2_t t2_ = {{vcvt_f16_f32((float32x4_t)(ev)), vcvt_f16_f32((float32x4_t)(od))}}; \
+        vst2_f16((__fp16 *)(p), t2_);                                                             \
+    } while (0)
 
 #else
 #error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON"

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from multiact.optable import OPS  # noqa: E402
+from multiact.optable import FAMILY_KEYS, OPS  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("_kernels", ROOT / "native" / "kernels.py")
 K = importlib.util.module_from_spec(spec)
@@ -46,6 +46,25 @@ def main(isa: str, arch: str, out: str | None = None) -> None:
             f'    {{"{k.symbol}", {SIG[k.signature]}, {int(k.dtype == "float16")}, {DIR[k.direction]}, '
             f"(void *){k.symbol}, (void *){ref}, (void *){fwd}, "
             f"{{{', '.join(f'{v!r}f' for v in vals[:4])}}}, {float(2 * ulp)!r}f, {float(2 * atol + 2)!r}f}},"
+        )
+    lines += ["};", ""]
+    # The gated kernels: forward and backward of each activation key, with their scalar twins and the
+    # activation's tolerance (doubled as above, + 2 ulp for the products).
+    lines.append("static const hg_t HG[] = {")
+    for k in K.table(arch):
+        if k.isa != isa or k.signature != "gated":
+            continue
+        _, op, act_key = FAMILY_KEYS[k.key]
+        p = op.validate({**PARAMS.get(op.name, {}), **op.defn.selecting(act_key)})
+        vals = [float(p[n]) for n in K.params_of(k.cname)] + [0.0] * 4
+        tol = op.tol
+        ulp = tol.ulp32 if k.dtype == "float32" else tol.ulp16
+        bwd = K.cname(k.key, "backward")
+        syms = [K.symbol(c, k.dtype, i) for i in (isa, "scalar") for c in (k.cname, bwd)]
+        lines.append(
+            f'    {{"{k.symbol}", {int(k.dtype == "float16")}, ' + ", ".join(f"(void *){s}" for s in syms) + ", "
+            f"{{{', '.join(f'{v!r}f' for v in vals[:4])}}}, {float(2 * ulp + 2)!r}f, "
+            f"{float(2 * tol.fwd_atol + 2)!r}f, {float(2 * tol.bwd_atol + 2)!r}f}},"
         )
     lines += ["};", ""]
     path = Path(out) if out else ROOT / "native" / "_build" / f"harness_{isa}.h"

@@ -30,6 +30,15 @@ typedef struct {
     float ulp, atol;
 } hk_t;
 
+/* A gated kernel pair (forward, backward) of one ISA and its scalar twins. */
+typedef struct {
+    const char *name;
+    int f16;
+    void *fwd, *bwd, *rfwd, *rbwd;
+    float params[4];
+    float ulp, atol_f, atol_b;
+} hg_t;
+
 #include HARNESS_TABLE
 
 typedef void (*un_f32)(const float *, float *, size_t, const ma_params *);
@@ -221,6 +230,92 @@ static int check_pool_flush_mode(void) {
     return bad;
 }
 
+/* ---- gated kernels: the ISA against scalar (tolerance), its layouts against each other (bits) ---- */
+typedef void (*gfwd_f32)(const float *, const float *, float *, const ma_gshape *, const ma_params *);
+typedef void (*gbwd_f32)(const float *, const float *, const float *, float *, float *, const ma_gshape *,
+                         const ma_params *);
+typedef void (*gfwd_f16)(const uint16_t *, const uint16_t *, uint16_t *, const ma_gshape *, const ma_params *);
+typedef void (*gbwd_f16)(const uint16_t *, const uint16_t *, const uint16_t *, uint16_t *, uint16_t *,
+                         const ma_gshape *, const ma_params *);
+static float GU[N];
+enum { GL_TWO, GL_PAIR, GL_SWAP, GL_STRIDE3, GL_INPLACE, GL_N };
+
+/* One call on n elements in layout lay: gate G = X, up GU, dy DY; results y, dg, du as float. */
+static void gated_run(const hg_t *k, int ref, int lay, size_t n, int lim, float *y, float *dg, float *du) {
+    static float fin[3 * N], fo[3 * N], fd[N], fy[N];
+    static uint16_t hin[3 * N], ho[3 * N], hd[N], hy[N];
+    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, lim ? 7.0f : INFINITY, lim ? 1.0f : 0.0f};
+    size_t es = lay == GL_TWO ? 1 : lay == GL_STRIDE3 ? 3 : 2;
+    size_t go = lay == GL_TWO ? 0 : lay == GL_SWAP ? 1 : 0, uo = lay == GL_TWO ? N : lay == GL_SWAP ? 0 : 1;
+    ma_gshape s = {1, n, {0, 0, 0, 0, 0}, {1, (ptrdiff_t)es, (ptrdiff_t)es, 1, 1}, 1, 1};
+    for (size_t i = 0; i < n; i++) {
+        float gv = X[i], uv = GU[i];
+        if (k->f16) hin[go + i * es] = ma_f2h(gv), hin[uo + i * es] = ma_f2h(uv), hd[i] = ma_f2h(DY[i]);
+        else fin[go + i * es] = gv, fin[uo + i * es] = uv, fd[i] = DY[i];
+    }
+    void *fw = ref ? k->rfwd : k->fwd, *bw = ref ? k->rbwd : k->bwd;
+    if (k->f16) ((gfwd_f16)fw)(hin + go, hin + uo, hy, &s, &p);
+    else ((gfwd_f32)fw)(fin + go, fin + uo, fy, &s, &p);
+    /* backward outputs in the inputs' layout (in place: the inputs themselves) */
+    ma_gshape sb = s;
+    sb.es[3] = sb.es[4] = (ptrdiff_t)es;
+    if (k->f16) {
+        uint16_t *o = lay == GL_INPLACE ? hin : ho;
+        ((gbwd_f16)bw)(hd, hin + go, hin + uo, o + go, o + uo, &sb, &p);
+        for (size_t i = 0; i < n; i++) y[i] = ma_h2f(hy[i]), dg[i] = ma_h2f(o[go + i * es]), du[i] = ma_h2f(o[uo + i * es]);
+    } else {
+        float *o = lay == GL_INPLACE ? fin : fo;
+        ((gbwd_f32)bw)(fd, fin + go, fin + uo, o + go, o + uo, &sb, &p);
+        for (size_t i = 0; i < n; i++) y[i] = fy[i], dg[i] = o[go + i * es], du[i] = o[uo + i * es];
+    }
+}
+
+static int gated_close(const hg_t *k, float got, float want, float atol, float scale) {
+    if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
+    if (isinf(want) || isinf(got)) return got == want;
+    float eps = k->f16 ? 0x1p-10f : 0x1p-23f, tiny = k->f16 ? 0x1p-14f : 1.17549435e-38f;
+    if (!isfinite(scale)) scale = 0.0f;
+    double bound = (double)k->ulp * (k->f16 ? spacing16(want) : spacing32(want)) + (double)atol * eps * scale;
+    if (fabsf(want) < tiny && bound < tiny) bound = tiny;
+    return fabs((double)got - (double)want) <= bound;
+}
+
+static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0 || (isnan(a) && isnan(b)); }
+
+static int check_gated(const hg_t *k) {
+    static float y0[N], g0[N], u0[N], y1[N], g1[N], u1[N];
+    int bad = 0;
+    for (int lim = 0; lim < 2; lim++) {
+        gated_run(k, 1, GL_TWO, N, lim, y0, g0, u0);
+        gated_run(k, 0, GL_TWO, N, lim, y1, g1, u1);
+        for (size_t i = 0; i < N; i++) {
+            float g = X[i], u = GU[i], d = DY[i];
+            if (lim) g = g > 7.0f ? 7.0f : g, u = (u > 7.0f ? 7.0f : u < -7.0f ? -7.0f : u) + 1.0f;
+            if (!gated_close(k, y1[i], y0[i], k->atol_f, fabsf(g) * fabsf(u)) ||
+                !gated_close(k, g1[i], g0[i], k->atol_b, fabsf(d * u)) ||
+                !gated_close(k, u1[i], u0[i], k->atol_f, fabsf(g) * fabsf(d))) {
+                if (bad < 3)
+                    printf("  %s lim=%d: gate=%.9g up=%.9g dy=%.9g: y %.9g/%.9g dg %.9g/%.9g du %.9g/%.9g (isa/scalar)\n",
+                           k->name, lim, X[i], GU[i], d, y1[i], y0[i], g1[i], g0[i], u1[i], u0[i]);
+                bad++;
+            }
+        }
+        /* every layout and every short n: the bits of the long two-input run */
+        for (int lay = GL_TWO; lay < GL_N; lay++)
+            for (size_t n = 1; n <= (lay == GL_TWO ? 40u : N); n = n < 40 ? n + 1 : N) {
+                gated_run(k, 0, lay, n, lim, y0, g0, u0);
+                for (size_t i = 0; i < n; i++)
+                    if (!same_bits(y0[i], y1[i]) || !same_bits(g0[i], g1[i]) || !same_bits(u0[i], u1[i])) {
+                        if (bad < 3) printf("  %s lim=%d: layout %d n=%zu differs at %zu\n", k->name, lim, lay, n, i);
+                        bad++;
+                        break;
+                    }
+                if (n == N) break;
+            }
+    }
+    return bad;
+}
+
 int main(void) {
     if (!ma_isa_supported(STR(HARNESS_ISA))) {
         printf("harness: this CPU does not run %s\n", STR(HARNESS_ISA));
@@ -231,8 +326,14 @@ int main(void) {
     for (size_t i = 0; i < sizeof HK / sizeof HK[0]; i++, total++) {
         if (check_elementwise(&HK[i])) failed++;
     }
+    for (size_t i = 0; i < N; i++) GU[i] = i % 97 == 5 ? 1e30f : i % 89 == 3 ? -0.0f : DY[(i * 7 + 3) % N] * 1.5f;
+    int gtotal = 0;
+    for (size_t i = 0; i < sizeof HG / sizeof HG[0]; i++, gtotal++) {
+        if (check_gated(&HG[i])) failed++;
+    }
     if (check_prelu()) failed++;
     if (check_pool_flush_mode()) failed++;
-    printf("harness %s: %d kernels + prelu + pool, %d failed\n", STR(HARNESS_ISA), total, failed);
+    printf("harness %s: %d kernels + %d gated pairs + prelu + pool, %d failed\n", STR(HARNESS_ISA), total, gtotal,
+           failed);
     return failed != 0;
 }
