@@ -367,7 +367,8 @@ def gated_failures(backend: str | None, op: str, params: dict[str, Any], dtype: 
     reference_plain = {"forward y": gated.reference_forward(call.act, kp, gate, up), "backward dgate": plain_dg,
                        "backward dup": plain_du}
     g64, u64 = gated._clipped(gate.astype(np.float64), up.astype(np.float64), kp)
-    g = g64.astype(dtype)
+    with np.errstate(over="ignore"):
+        g = g64.astype(dtype)
     dy64 = dy.astype(np.float64)
     failures = []
     with np.errstate(all="ignore"):
@@ -412,8 +413,9 @@ def _gated_reference(act: OpSpec, kp: dict[str, Any], dtype: np.dtype, gate: np.
         dgate = act.backward(held(du), g, **p)
         y, dup = a * u, d * a
         limit = kp["limit"]
-        dgate = np.where(gate > limit, 0.0, dgate)
-        dup = np.where(np.abs(up) > limit, 0.0, dup)
+        gate64, up64 = gate.astype(np.float64), up.astype(np.float64)  # a float16 compare would round limit
+        dgate = np.where(gate64 > limit, 0.0, dgate)
+        dup = np.where(np.abs(up64) > limit, 0.0, dup)
         sub = (np.abs(a) < tiny) & (a != 0)
         slack_y = np.where(sub, 2 * tiny * np.abs(np.where(np.isfinite(u), u, 0.0)), 0.0)
         slack_du = np.where(sub, 2 * tiny * np.abs(np.where(np.isfinite(d), d, 0.0)), 0.0)

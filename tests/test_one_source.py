@@ -30,6 +30,8 @@ ALLOWED = {
     ("backends/formulas.py", "WIDE"): "the CUDA kernels computed in float64 (a numerics choice per kernel)",
     ("multiact/tools/bench.py", "DEFAULT_OPS"): "the few ops a bare `multiact bench` times",
     ("multiact/tools/cli.py", "DEMO_OPS"): "the few ops `multiact demo` shows",
+    ("multiact/compat.py", "STYLEGAN_ACTS"): "StyleGAN's own activation table (its names, alphas and gains)",
+    ("multiact/consistency.py", "bias_act_cases"): "a few activations run in every bias_act form",
 }
 
 
