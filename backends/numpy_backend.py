@@ -35,6 +35,8 @@ def supports(key: str, direction: str, dtype: str) -> bool:
         return False
     if key in FAMILY_KEYS or key in BIAS_ACT_KEYS:
         return direction in ("forward", "backward")
+    if direction == "backward2":  # second order: g * dy * f''(x), wherever the op has the reference
+        return key in KEYS and KEYS[key].backward2 is not None
     return key in KEYS and KEYS[key].has(direction)
 
 
@@ -239,4 +241,6 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         return _elementwise(spec.name, spec.backward, 2)
     if direction == "backward_y":
         return _elementwise(spec.name, spec.backward_y, 2)
+    if direction == "backward2":  # kernel(g, dy, x, out, p)
+        return _elementwise(spec.name, spec.backward2, 3)
     return _param_grad(spec.name, spec.param_grad[1])

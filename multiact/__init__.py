@@ -15,7 +15,7 @@ from typing import Any
 from . import optable as _ops
 from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS
-from .api import backward, forward, param_grad
+from .api import backward, backward2, forward, param_grad
 from .errors import BackendError, YFormError
 from .fused_bias_act import FUNCTIONS as _BIAS_ACT
 from .gated import FUNCTIONS as _GATED
@@ -59,7 +59,7 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 
 
 __all__ = [
-    "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "explain", "forward",
+    "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "backward2", "explain", "forward",
     "register_op",
     "get_num_threads", "ops", "param_grad", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
     *sorted(_GATED), *sorted(_BIAS_ACT),

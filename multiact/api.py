@@ -38,6 +38,15 @@ def param_grad(op: str, param: str, dy: Any, x: Any, *, backend: str | None = No
     return dispatch.call(spec, "param_grad", {"dy": dy, "x": x}, params, None, backend)
 
 
+def backward2(
+    op: str, g: Any, dy: Any, x: Any, *, out: Any = None, backend: str | None = None, **params: Any
+) -> Any:
+    """Second order: g * dy * f''(x), the backward of `backward(op, dy, x)` with respect to x for an
+    upstream gradient g of its result (its backward with respect to dy is `backward(op, g, x)`).
+    g, dy and x must share dtype and shape; out=, backend= and the parameters as for `backward`."""
+    return dispatch.call(get(op), "backward2", {"g": g, "dy": dy, "x": x}, params, out, backend)
+
+
 def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     name = spec.label("backward")
     if y is None:

@@ -88,6 +88,9 @@ class OpSpec:
     backward: Callable[..., Any]
     backward_y: Callable[..., Any] | None = None
     param_grad_ref: Callable[..., Any] | None = None
+    # Second order: g * dy * f''(x), the backward of the backward with respect to x (`ma.backward2`);
+    # None for an op registered without one (then no backend runs backward2 for it).
+    backward2: Callable[..., Any] | None = None
     kinks: Callable[[Mapping[str, Any]], tuple[float, ...]] = lambda p: ()
     tol: Tolerance = field(default_factory=Tolerance)
     exact: bool = False  # piecewise linear: backends must round exactly like the formula
@@ -148,6 +151,8 @@ class OpSpec:
             return f"{self.name}()"
         if direction == "param_grad" and self.param_grad is not None:
             return f"{self.name}_{self.param_grad[0]}_grad()"
+        if direction == "backward2":
+            return f"backward2({self.name!r})"
         return f"{self.name}_grad()"
 
     def convert(self, given: Mapping[str, Any], fn: str | None = None) -> dict[str, Any]:
@@ -221,45 +226,69 @@ def _gelu_cond(x: np.ndarray, p: Mapping[str, Any]) -> np.ndarray:
 # the parameter gradient where the definition has them), kinks, accuracy bound.
 _NUMERICS: dict[str, dict[str, Any]] = {
     "relu": dict(forward=R.relu, backward=R.relu_grad, backward_y=R.relu_grad, kinks=lambda p: (0.0,),
-                 tol=_LINEAR, exact=True),
+                 tol=_LINEAR, exact=True,
+                 backward2=R.relu_grad2),
     "relu6": dict(forward=R.relu6, backward=R.relu6_grad, backward_y=R.relu6_grad, kinks=lambda p: (0.0, 6.0),
-                  tol=_LINEAR, exact=True),
+                  tol=_LINEAR, exact=True,
+                  backward2=R.relu6_grad2),
     "leaky_relu": dict(forward=R.leaky_relu, backward=R.leaky_relu_grad, backward_y=R.leaky_relu_grad,
-                       kinks=lambda p: (0.0,), tol=_LINEAR, exact=True),
+                       kinks=lambda p: (0.0,), tol=_LINEAR, exact=True,
+                       backward2=R.leaky_relu_grad2),
     "prelu": dict(forward=R.prelu, backward=R.prelu_grad, param_grad_ref=R.prelu_weight_grad, kinks=lambda p: (0.0,),
-                  tol=_LINEAR, exact=True),
-    "elu": dict(forward=R.elu, backward=R.elu_grad, backward_y=R.elu_grad_y, kinks=lambda p: (0.0,), tol=_EXP_FROM_Y),
+                  tol=_LINEAR, exact=True,
+                  backward2=R.prelu_grad2),
+    "elu": dict(forward=R.elu, backward=R.elu_grad, backward_y=R.elu_grad_y, kinks=lambda p: (0.0,), tol=_EXP_FROM_Y,
+                backward2=R.elu_grad2),
     "selu": dict(forward=R.selu, backward=R.selu_grad, backward_y=R.selu_grad_y, kinks=lambda p: (0.0,),
-                 tol=_EXP_FROM_Y),
+                 tol=_EXP_FROM_Y,
+                 backward2=R.selu_grad2),
     "celu": dict(forward=R.celu, backward=R.celu_grad, backward_y=R.celu_grad_y, kinks=lambda p: (0.0,),
-                 tol=Tolerance(y_atol=2, cond=_scaled_arg("alpha"))),
+                 tol=Tolerance(y_atol=2, cond=_scaled_arg("alpha")),
+                 backward2=R.celu_grad2),
     "gelu": dict(forward=R.gelu, backward=R.gelu_grad, kinks=lambda p: (-0.7517915, 0.0),
-                 tol=_crosses_zero(_gelu_cond)),
+                 tol=_crosses_zero(_gelu_cond),
+                 backward2=R.gelu_grad2),
     "fast_gelu": dict(forward=R.fast_gelu, backward=R.fast_gelu_grad, kinks=lambda p: (0.0,),
-                      tol=_crosses_zero(_scaled_arg(R.FAST_GELU_K))),
-    "silu": dict(forward=R.silu, backward=R.silu_grad, kinks=lambda p: (-1.2784645, 0.0), tol=_crosses_zero()),
+                      tol=_crosses_zero(_scaled_arg(R.FAST_GELU_K)),
+                      backward2=R.fast_gelu_grad2),
+    "silu": dict(forward=R.silu, backward=R.silu_grad, kinks=lambda p: (-1.2784645, 0.0), tol=_crosses_zero(),
+                 backward2=R.silu_grad2),
     "swish": dict(forward=R.swish, backward=R.swish_grad, param_grad_ref=R.swish_beta_grad, kinks=lambda p: (0.0,),
-                  tol=_crosses_zero(_scaled_arg("beta"))),
+                  tol=_crosses_zero(_scaled_arg("beta")),
+                  backward2=R.swish_grad2),
     "hardswish": dict(forward=R.hardswish, backward=R.hardswish_grad, kinks=lambda p: (-3.0, -1.5, 3.0),
-                      tol=Tolerance(ulp32=2, ulp64=2, bwd_atol=2)),
+                      tol=Tolerance(ulp32=2, ulp64=2, bwd_atol=2),
+                      backward2=R.hardswish_grad2),
     "hardsigmoid": dict(forward=R.hardsigmoid, backward=R.hardsigmoid_grad, kinks=lambda p: (-3.0, 3.0),
-                        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2)),
-    "sigmoid": dict(forward=R.sigmoid_fwd, backward=R.sigmoid_grad, backward_y=R.sigmoid_grad_y),
-    "logsigmoid": dict(forward=R.logsigmoid, backward=R.logsigmoid_grad, tol=Tolerance(fwd_atol=1)),
-    "tanh": dict(forward=R.tanh, backward=R.tanh_grad, backward_y=R.tanh_grad_y),
+                        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2),
+                        backward2=R.hardsigmoid_grad2),
+    "sigmoid": dict(forward=R.sigmoid_fwd, backward=R.sigmoid_grad, backward_y=R.sigmoid_grad_y,
+                    backward2=R.sigmoid_grad2),
+    "logsigmoid": dict(forward=R.logsigmoid, backward=R.logsigmoid_grad, tol=Tolerance(fwd_atol=1),
+                       backward2=R.logsigmoid_grad2),
+    "tanh": dict(forward=R.tanh, backward=R.tanh_grad, backward_y=R.tanh_grad_y,
+                 backward2=R.tanh_grad2),
     "hardtanh": dict(forward=R.hardtanh, backward=R.hardtanh_grad, backward_y=R.hardtanh_grad,
-                     kinks=lambda p: (p["min_val"], p["max_val"]), tol=_LINEAR, exact=True),
+                     kinks=lambda p: (p["min_val"], p["max_val"]), tol=_LINEAR, exact=True,
+                     backward2=R.hardtanh_grad2),
     "softplus": dict(forward=R.softplus, backward=R.softplus_grad, kinks=lambda p: (p["threshold"] / p["beta"],),
-                     tol=Tolerance(cond=_scaled_arg("beta"))),
-    "softsign": dict(forward=R.softsign, backward=R.softsign_grad),
-    "mish": dict(forward=R.mish, backward=R.mish_grad, kinks=lambda p: (-1.1924, 0.0), tol=_crosses_zero()),
+                     tol=Tolerance(cond=_scaled_arg("beta")),
+                     backward2=R.softplus_grad2),
+    "softsign": dict(forward=R.softsign, backward=R.softsign_grad,
+                     backward2=R.softsign_grad2),
+    "mish": dict(forward=R.mish, backward=R.mish_grad, kinks=lambda p: (-1.1924, 0.0), tol=_crosses_zero(),
+                 backward2=R.mish_grad2),
     "softshrink": dict(forward=R.softshrink, backward=R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]),
-                       tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1)),
+                       tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1),
+                       backward2=R.shrink_grad2),
     "hardshrink": dict(forward=R.hardshrink, backward=R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]),
-                       tol=_LINEAR, exact=True),
-    "tanhshrink": dict(forward=R.tanhshrink, backward=R.tanhshrink_grad, kinks=lambda p: (0.0,)),
+                       tol=_LINEAR, exact=True,
+                       backward2=R.shrink_grad2),
+    "tanhshrink": dict(forward=R.tanhshrink, backward=R.tanhshrink_grad, kinks=lambda p: (0.0,),
+                       backward2=R.tanhshrink_grad2),
     "threshold": dict(forward=R.threshold, backward=R.threshold_grad, kinks=lambda p: (p["threshold"],),
-                      tol=_LINEAR, exact=True),
+                      tol=_LINEAR, exact=True,
+                      backward2=R.threshold_grad2),
 }
 
 OPS: dict[str, OpSpec] = {name: OpSpec(d, **_NUMERICS[name]) for name, d in DEFINITIONS.items()}

@@ -462,3 +462,183 @@ def tanhshrink(x):
 def tanhshrink_grad(dy, x):
     t = np.tanh(x)
     return dy * (t * t)
+
+
+# ---- second order: g * dy * f''(x), the backward of the backward with respect to x ------------------
+#
+# The first backward is dx = dy * f'(x).  Its own backward, for an upstream gradient g of dx, is
+# d(dy) = g * f'(x) (the first backward applied to g) and d(x) = g * dy * f''(x): these functions.
+# The product is (g * dy) * f''(x), as a plain product (g = inf where f'' = 0 is NaN, as dy = inf is
+# for the first backward); NaN in x gives NaN; +-inf gives the limit of f'' (0 for every op here,
+# never inf * 0); on a piece where f'' is identically 0 (the linear pieces, softplus's linear
+# branch) the result is +0 whatever g and dy are, as the first backward is +0 where f' is; at a kink
+# of f' (relu's 0, hardswish's +-3, elu's 0) f'' is taken as 0, as PyTorch's double backward of
+# relu, elu and hardswish does.
+
+
+def _grad2(g, dy, d2):
+    """(g * dy) * f''."""
+    return (g * dy) * d2
+
+
+def _zero_grad2(g, dy, x):
+    """f'' = 0 almost everywhere (piecewise linear): +0, NaN where x is NaN."""
+    return _keepnan(x, np.zeros(np.broadcast_shapes(g.shape, dy.shape, x.shape), dtype=np.result_type(g, dy, x)))
+
+
+@np.errstate(all="ignore")
+def relu_grad2(g, dy, x):
+    return _zero_grad2(g, dy, x)
+
+
+@np.errstate(all="ignore")
+def relu6_grad2(g, dy, x):
+    return _zero_grad2(g, dy, x)
+
+
+@np.errstate(all="ignore")
+def leaky_relu_grad2(g, dy, x, negative_slope):
+    return _zero_grad2(g, dy, x)
+
+
+@np.errstate(all="ignore")
+def prelu_grad2(g, dy, x, weight, axis):
+    return _zero_grad2(g, dy, x)
+
+
+@np.errstate(all="ignore")
+def hardtanh_grad2(g, dy, x, min_val, max_val):
+    return _zero_grad2(g, dy, x)
+
+
+@np.errstate(all="ignore")
+def hardsigmoid_grad2(g, dy, x):
+    return _zero_grad2(g, dy, x)
+
+
+@np.errstate(all="ignore")
+def shrink_grad2(g, dy, x, lambd):
+    return _zero_grad2(g, dy, x)
+
+
+@np.errstate(all="ignore")
+def threshold_grad2(g, dy, x, threshold, value):
+    return _zero_grad2(g, dy, x)
+
+
+@np.errstate(all="ignore")
+def hardswish_grad2(g, dy, x):
+    # 1/3 on the open middle piece (-3, 3); 0 outside and at the kinks (PyTorch's double backward)
+    three = _c(x, 3)
+    mid = _grad2(g, dy, _c(x, 1.0 / 3.0))
+    return _keepnan(x, np.where((x > -three) & (x < three), mid, _c(mid, 0)))
+
+
+@np.errstate(all="ignore")
+def elu_grad2(g, dy, x, alpha):
+    # alpha * exp(x) below 0, 0 from 0 up (the kink's value: PyTorch's (x < 0) mask)
+    d2 = _grad2(g, dy, _c(x, alpha) * np.exp(x))
+    return _keepnan(x, np.where(x < 0, d2, _c(d2, 0)))
+
+
+@np.errstate(all="ignore")
+def selu_grad2(g, dy, x):
+    d2 = _grad2(g, dy, _c(x, SELU_SCALE * SELU_ALPHA) * np.exp(x))
+    return _keepnan(x, np.where(x < 0, d2, _c(d2, 0)))
+
+
+@np.errstate(all="ignore")
+def celu_grad2(g, dy, x, alpha):
+    a = _c(x, alpha)
+    d2 = _grad2(g, dy, np.exp(x / a) / a)
+    return _keepnan(x, np.where(x < 0, d2, _c(d2, 0)))
+
+
+@np.errstate(all="ignore")
+def sigmoid_grad2(g, dy, x):
+    # s (1 - s) (1 - 2 s), with 1 - s = sigmoid(-x) and 1 - 2 s = sigmoid(-x) - sigmoid(x)
+    s, sn = sigmoid(x), sigmoid(-x)
+    return _grad2(g, dy, (s * sn) * (sn - s))
+
+
+@np.errstate(all="ignore")
+def logsigmoid_grad2(g, dy, x):
+    return _grad2(g, dy, -(sigmoid(x) * sigmoid(-x)))
+
+
+@np.errstate(all="ignore")
+def tanh_grad2(g, dy, x):
+    return _grad2(g, dy, _c(x, -2) * (np.tanh(x) * sech2(x)))
+
+
+@np.errstate(all="ignore")
+def tanhshrink_grad2(g, dy, x):
+    return _grad2(g, dy, _c(x, 2) * (np.tanh(x) * sech2(x)))
+
+
+@np.errstate(all="ignore")
+def softplus_grad2(g, dy, x, beta, threshold):
+    # beta * s(z) * (1 - s(z)) on the smooth branch, +0 where beta * x > threshold (the linear branch)
+    b = _c(x, beta)
+    z = x * b
+    d2 = _grad2(g, dy, b * (sigmoid(z) * sigmoid(-z)))
+    return _keepnan(x, np.where(z > threshold, _c(d2, 0), d2))
+
+
+@np.errstate(all="ignore")
+def softsign_grad2(g, dy, x):
+    # -2 sign(x) / (1 + |x|)^3, divided thrice so the cube never overflows; 0 at the kink x = 0
+    d = _c(x, 1) + np.abs(x)
+    return _grad2(g, dy, ((_c(x, -2) * np.sign(x)) / d) / d / d)
+
+
+@np.errstate(all="ignore")
+def _swish_d2(x, k):
+    """d^2/dx^2 of x * sigmoid(k x): k s s' (2 + k x (s' - s)), with s' = sigmoid(-kx); tails exact 0."""
+    s, sn, xc = _swish_like(x, k)
+    q = s * sn
+    kk = _c(x, k)
+    return kk * (_c(x, 2) * q + ((xc * q) * (sn - s)) * kk)
+
+
+@np.errstate(all="ignore")
+def swish_grad2(g, dy, x, beta):
+    return _grad2(g, dy, _swish_d2(x, beta))
+
+
+def silu_grad2(g, dy, x):
+    return swish_grad2(g, dy, x, 1.0)
+
+
+def fast_gelu_grad2(g, dy, x):
+    return swish_grad2(g, dy, x, FAST_GELU_K)
+
+
+@np.errstate(all="ignore")
+def gelu_grad2(g, dy, x, approximate):
+    if approximate == "tanh":
+        # x * s(z), z = 2k (x + c x^3): f'' = s s' (2 z' + x z'^2 (s' - s) + x z''), s' = sigmoid(-z)
+        s, sn, xc = _gelu_tanh_parts(x)
+        k2 = _c(x, 2 * GELU_TANH_K)
+        dz = k2 * (_c(x, 1) + _c(x, 3 * GELU_TANH_C) * (xc * xc))
+        ddz = k2 * (_c(x, 6 * GELU_TANH_C) * xc)
+        q = s * sn
+        d2 = q * (_c(x, 2) * dz + xc * ddz) + ((xc * q) * (dz * dz)) * (sn - s)
+        return _grad2(g, dy, d2)
+    # x * Phi(x): f'' = phi(x) (2 - x^2)
+    xc = np.clip(x, _c(x, -_CLAMP), _c(x, _CLAMP))
+    pdf = _c(x, _INV_SQRT_2PI) * np.exp(_c(x, -0.5) * (xc * xc))
+    return _grad2(g, dy, _c(x, 2) * pdf - (xc * xc) * pdf)
+
+
+@np.errstate(all="ignore")
+def mish_grad2(g, dy, x):
+    # x tanh(sp(x)), sp = softplus: f'' = s h (2 + x (s' - 2 t s)), s = sigmoid(x), s' = sigmoid(-x),
+    # t = tanh(sp), h = sech^2(sp); x * s * h first, so that its tails are 0 before meeting x's growth
+    sp = softplus0(x)
+    t, h = np.tanh(sp), sech2(sp)
+    s, sn = sigmoid(x), sigmoid(-x)
+    big = np.finfo(x.dtype).max
+    xc = np.clip(x, -big, big)
+    sh = s * h
+    return _grad2(g, dy, _c(x, 2) * sh + ((xc * sh) * (sn - _c(x, 2) * (t * s))))
