@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _arrays, dispatch, registry
 from ._opdefs import COMPOSITE_DEFINITIONS, F32_MAX, GATED, CompositeDef, composable
-from .optable import FAMILY_KEYS, OPS, OpSpec
+from .optable import FAMILY_KEYS, OPS, OpSpec, value_key
 
 
 class GatedCall:
@@ -36,9 +36,31 @@ def label(cdef: CompositeDef, direction: str) -> str:
     return f"{cdef.name}()" if direction == "forward" else f"{cdef.name}_grad()"
 
 
+_PLAIN = (int, float, str, type(None))
+_resolved: dict[tuple, GatedCall] = {}
+
+
 def resolve(cdef: CompositeDef, given: Mapping[str, Any], extra: Mapping[str, Any], fn: str) -> GatedCall:
     """Check the op's own parameters, pick its activation and check the activation's; ValueError or
-    TypeError naming the parameter and `fn`."""
+    TypeError naming the parameter and `fn`.  Calls with plain values (numbers, str, None) are remembered
+    by value (+0.0 and -0.0 apart); anything else (a tensor, a 0-d array) is read afresh each call."""
+    try:
+        key = (cdef.name, fn, *((k, type(v), value_key(v)) for k, v in given.items()),
+               *((k, type(v), value_key(v)) for k, v in sorted(extra.items())))
+        plain = all(type(v) in _PLAIN for v in (*given.values(), *extra.values()))
+    except TypeError:
+        plain = False
+    if plain:
+        hit = _resolved.get(key)
+        if hit is None:
+            hit = _resolve(cdef, given, extra, fn)
+            if len(_resolved) < 4096:
+                _resolved[key] = hit
+        return hit
+    return _resolve(cdef, given, extra, fn)
+
+
+def _resolve(cdef: CompositeDef, given: Mapping[str, Any], extra: Mapping[str, Any], fn: str) -> GatedCall:
     own = {p.name: p.validate(fn, given.get(p.name, p.default)) for p in cdef.params}
     name, act_given = cdef.activation(own, extra)
     act = OPS.get(name) if isinstance(name, str) else None
@@ -186,14 +208,15 @@ def forward(cdef: CompositeDef, x: Any, up: Any, given: dict[str, Any], extra: d
         return _forward_device(fn, call, kind, x, up, out, backend)
     xa, gate, upv = _host_views(fn, call, x, up)
     _check_precision(call, xa.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "forward", xa.dtype.name, "numpy", backend)
+    mod, kernel = registry.resolve(call.key, "forward", dispatch.dtype_name(xa.dtype), "numpy", backend)
     if out is None:
         res = np.empty(gate.shape, xa.dtype)
     else:
         res = _out_array(fn, out)
         ins = {"x": xa} if up is None else {"x": xa, "up": upv}
         dispatch.check_out(fn, res, ins, _Like(xa.dtype, gate.shape))
-    dispatch._run(mod, kernel, _Label(fn, call), "forward", xa.dtype.name, (gate, upv, res), call.kp)
+    dispatch._run(mod, kernel, _Label(fn, call), "forward", dispatch.dtype_name(xa.dtype), (gate, upv, res),
+                  call.kp)
     if out is not None:
         _arrays.mark_written(out)
         return out
@@ -221,7 +244,7 @@ def backward(cdef: CompositeDef, dy: Any, x: Any, up: Any, given: dict[str, Any]
     dya = _arrays.as_host_array(dy, f"{fn}: dy")
     _same(fn, gate, dya, ("the result", "dy"))
     _check_precision(call, xa.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "backward", xa.dtype.name, "numpy", backend)
+    mod, kernel = registry.resolve(call.key, "backward", dispatch.dtype_name(xa.dtype), "numpy", backend)
     ins = {"dy": dya, "x": xa} if up is None else {"dy": dya, "x": xa, "up": upv}
     if up is None:
         if out is None:
@@ -240,7 +263,8 @@ def backward(cdef: CompositeDef, dy: Any, x: Any, up: Any, given: dict[str, Any]
             if np.shares_memory(dfirst, dsecond):
                 raise ValueError(f"{fn}: out[0] and out[1] overlap; they must be separate arrays")
         dgate, dup = _pair(call, dfirst, dsecond)
-    dispatch._run(mod, kernel, _Label(fn, call), "backward", xa.dtype.name, (dya, gate, upv, dgate, dup), call.kp)
+    dispatch._run(mod, kernel, _Label(fn, call), "backward", dispatch.dtype_name(xa.dtype),
+                  (dya, gate, upv, dgate, dup), call.kp)
     if out is not None:
         for o in outs:
             _arrays.mark_written(o)
