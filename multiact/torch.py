@@ -9,7 +9,9 @@ on the best CPU backend (as a zero-copy NumPy view) and a CUDA tensor on the
 `cuda` backend.  With inplace=True the input is overwritten; the backward then
 starts from the output where the op allows it (`spec.supports_y`), and otherwise
 from a copy of the input taken before the write (what PyTorch does for its own
-in-place ops that need their input).  Gradients are first-order only.
+in-place ops that need their input).  Every function runs torch.library custom ops
+(torch.ops.multiact.<op>, <op>_grad, <op>_grad2 ...), so torch.compile(fullgraph=True) sees
+through them and backwards are differentiable again (second order: gradient penalties).
 
 The gated family comes from the composite definitions the same way:
 
@@ -22,12 +24,16 @@ Importing this module imports torch; `import multiact` never does.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import math
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
-from torch.autograd.function import once_differentiable
+
+import multiact as _multiact
 
 from . import dispatch, gated
 from ._opdefs import COMPOSITES, GATED, CompositeDef
@@ -48,76 +54,440 @@ def _as_result(y: Any, x: torch.Tensor) -> torch.Tensor:
     return y if isinstance(y, torch.Tensor) else torch.as_tensor(y, device=x.device)
 
 
-class _Activation(torch.autograd.Function):
-    """One op of the table; `learn` is its learnable tensor parameter (swish's beta, prelu's weight) or None."""
+# ---- torch.library custom ops, generated from the definitions ------------------------------------------
+#
+# Every op is `torch.ops.multiact.<name>` with a schema built from its parameters (floats as float, choices
+# as str, prelu's weight as Tensor), a fake (meta) implementation that checks the parameters and gives the
+# result's shape, dtype, device and layout, and an autograd registration whose backward calls the next op
+# down (forward -> <op>_grad -> <op>_grad2), so a backward is itself differentiable where the second
+# derivative exists.  The real implementations run multiact's dispatcher on the tensors as they are: a CPU
+# tensor on the CPU backends (a zero-copy NumPy view), a CUDA tensor on `cuda`.
+
+NAMESPACE = "multiact"
+CUSTOM_OPS: dict[str, Any] = {}  # name -> torch.library CustomOpDef (torch.ops.multiact.<name>)
+_NO_DEFAULT = object()
+
+
+class _Arg:
+    """One argument of a generated op: its name, schema type and default."""
+
+    __slots__ = ("name", "type", "default")
+
+    def __init__(self, name: str, type_: str, default: Any = _NO_DEFAULT):
+        self.name, self.type, self.default = name, type_, default
+
+    def schema(self) -> str:
+        if self.default is _NO_DEFAULT or self.default is REQUIRED:
+            return f"{self.type} {self.name}"
+        d = self.default
+        text = "None" if d is None else f'"{d}"' if isinstance(d, str) else repr(d)
+        return f"{self.type} {self.name}={text}"
+
+    def py(self) -> str:
+        if self.default is _NO_DEFAULT or self.default is REQUIRED:
+            return self.name
+        return f"{self.name}={self.default!r}"
+
+
+def _define(name: str, args: list[_Arg], returns: str, impl, fake, mutates: tuple[str, ...] = ()):
+    """torch.ops.multiact.<name>: a custom op calling impl(*args), with fake(*args) as its meta function."""
+    sig = ", ".join(a.py() for a in args)
+    names = ", ".join(a.name for a in args)
+    src = (f"def {name}({sig}):\n    return _impl({names})\n"
+           f"def {name}_fake({sig}):\n    return _fake({names})\n")
+    ns: dict[str, Any] = {"_impl": impl, "_fake": fake}
+    exec(compile(src, f"<torch.ops.multiact.{name}>", "exec"), ns)  # noqa: S102 - generated from the definitions
+    schema = "(" + ", ".join(a.schema() for a in args) + ") -> " + returns
+    op = torch.library.custom_op(f"{NAMESPACE}::{name}", ns[name], mutates_args=mutates, schema=schema)
+    if fake is not None:
+        op.register_fake(ns[f"{name}_fake"])
+    CUSTOM_OPS[name] = op
+    return op
+
+
+def _layout(res: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """res with the strides torch.empty_like(like) has (what the fake implementations promise)."""
+    if res.is_contiguous() and like.is_contiguous():
+        return res
+    want = torch.empty_like(like)
+    if want.stride() == res.stride():
+        return res
+    return want.copy_(res)
+
+
+def _written_in_place(like: torch.Tensor) -> bool:
+    """Whether a result can be written straight into a tensor allocated like `like` (host, not bfloat16)."""
+    return like.device.type == "cpu" and like.dtype != torch.bfloat16
+
+
+def _elementwise(spec: OpSpec, direction: str, named: dict, p: dict, backend, like: torch.Tensor) -> torch.Tensor:
+    if _written_in_place(like):
+        out = torch.empty_like(like)
+        dispatch.call(spec, direction, named, p, out, backend)
+        return out
+    return _layout(_as_result(dispatch.call(spec, direction, named, p, None, backend), like), like)
+
+
+def _to(value: Any, like: torch.Tensor) -> torch.Tensor:
+    """A parameter gradient (NumPy scalar, array or tensor) as a tensor of like's dtype, device and shape."""
+    if not isinstance(value, torch.Tensor):
+        value = torch.as_tensor(np.asarray(value), device=like.device)
+    return value.to(device=like.device, dtype=like.dtype).reshape(like.shape).clone()
+
+
+def _second_order_error(what: str, why: str) -> RuntimeError:
+    return RuntimeError(f"multiact.torch: {what} is not differentiable: {why}.  First-order gradients work; "
+                        "use torch's own function where a higher derivative is needed")
+
+
+def _has_backward2() -> bool:
+    return hasattr(_multiact, "backward2")
+
+
+class _OpSet:
+    """The custom ops of one op of the table: forward, in-place forward, backward (from x, and from y
+    where the op allows), parameter gradient and second derivative (where multiact has them).
+
+    learn: the name of the op's parameter that is a tensor in these ops' schemas (prelu's weight; swish's
+    beta in the `swish_t` set, for a learnable beta), else None."""
+
+    def __init__(self, spec: OpSpec, tensor_learn: bool = False):
+        self.spec = spec
+        pg = spec.defn.param_grad
+        array = [p.name for p in spec.params if p.kind == "array"]
+        self.learn = pg if tensor_learn else (array[0] if array else None)
+        self.base = spec.name + ("_t" if tensor_learn else "")
+        self.li = None if self.learn is None else spec.param_names.index(self.learn)
+        self.names = spec.param_names
+        params = [_Arg(p.name, self._type(p), p.default if p.name != self.learn else _NO_DEFAULT)
+                  for p in spec.params]
+        tail = [*params, _Arg("backend", "str?", None)]
+        b = self.base
+        self.fwd = _define(b, [_Arg("x", "Tensor"), *tail], "Tensor", self._forward, self._fake_like_x)
+        self.fwd_ = _define(f"{b}_", [_Arg("x", "Tensor(a!)"), *tail], "()", self._forward_inplace,
+                            self._fake_none, mutates=("x",))
+        self.grad = _define(f"{b}_grad", [_Arg("dy", "Tensor"), _Arg("x", "Tensor"), *tail], "Tensor",
+                            self._backward, self._fake_like_x2)
+        self.grad_y = None
+        if spec.backward_y is not None:
+            self.grad_y = _define(f"{b}_grad_y", [_Arg("dy", "Tensor"), _Arg("y", "Tensor"), *tail], "Tensor",
+                                  self._backward_y, self._fake_like_x2)
+        self.pgrad = None
+        if pg is not None:
+            self.pgrad = _define(f"{b}_{pg}_grad", [_Arg("dy", "Tensor"), _Arg("x", "Tensor"), *tail], "Tensor",
+                                 self._param_grad, self._fake_param_grad)
+        self.grad2 = None
+        if _has_backward2():
+            self.grad2 = _define(f"{b}_grad2", [_Arg("g", "Tensor"), _Arg("dy", "Tensor"), _Arg("x", "Tensor"),
+                                                *tail], "Tensor", self._backward2, self._fake_like_x3)
+        self.fwd.register_autograd(self._fwd_backward, setup_context=self._setup_x)
+        self.grad.register_autograd(self._grad_backward, setup_context=self._setup_grad)
+        if self.grad_y is not None:
+            self.grad_y.register_autograd(self._grad_y_backward, setup_context=self._setup_grad)
+        if self.pgrad is not None:
+            self.pgrad.register_autograd(self._pgrad_backward, setup_context=self._setup_grad)
+        if self.grad2 is not None:
+            self.grad2.register_autograd(self._grad2_backward, setup_context=self._setup_none)
+
+    def _type(self, p) -> str:
+        if p.name == self.learn:
+            return "Tensor"
+        return {"float": "float", "choice": "str", "int": "int"}[p.kind]
+
+    # -- the parameters as the dispatcher takes them --
+
+    def _params(self, vals: tuple) -> tuple[dict, Any]:
+        *pv, backend = vals
+        p = dict(zip(self.names, pv, strict=True))
+        if self.learn is not None and self.spec.params[self.li].kind == "float":
+            p[self.learn] = float(p[self.learn])  # swish_t's beta: read inside the op, where tracing never goes
+        return p, backend
+
+    def _check(self, vals: tuple) -> None:
+        """The fake implementations' parameter check: a bad value fails while tracing, not at run time."""
+        *pv, backend = vals
+        if self.learn is not None and self.spec.params[self.li].kind == "array":
+            return  # prelu: the weight is checked against x by the real call
+        p = dict(zip(self.names, pv, strict=True))
+        if self.learn is not None:
+            p[self.learn] = self.spec.params[self.li].default
+        dispatch._check_backend(self.spec.label("forward"), backend)
+        self.spec.validate(p)
+
+    # -- real implementations --
+
+    def _forward(self, x, *vals):
+        p, backend = self._params(vals)
+        return _elementwise(self.spec, "forward", {"x": x}, p, backend, x)
+
+    def _forward_inplace(self, x, *vals):
+        p, backend = self._params(vals)
+        dispatch.call(self.spec, "forward", {"x": x}, p, x, backend)
+
+    def _backward(self, dy, x, *vals):
+        p, backend = self._params(vals)
+        return _elementwise(self.spec, "backward", {"dy": dy, "x": x}, p, backend, x)
+
+    def _backward_y(self, dy, y, *vals):
+        p, backend = self._params(vals)
+        return _elementwise(self.spec, "backward_y", {"dy": dy, "y": y}, p, backend, y)
+
+    def _param_grad(self, dy, x, *vals):
+        p, backend = self._params(vals)
+        g = dispatch.call(self.spec, "param_grad", {"dy": dy, "x": x}, p, None, backend)
+        return _to(g, self._param_like(x, vals))
+
+    def _backward2(self, g, dy, x, *vals):
+        p, backend = self._params(vals)
+        if _written_in_place(x):
+            out = torch.empty_like(x)
+            _multiact.backward2(self.spec.name, g, dy, x, out=out, backend=backend, **p)
+            return out
+        return _layout(_as_result(_multiact.backward2(self.spec.name, g, dy, x, backend=backend, **p), x), x)
+
+    # -- fake implementations --
+
+    def _fake_like_x(self, x, *vals):
+        self._check(vals)
+        return torch.empty_like(x)
+
+    def _fake_like_x2(self, dy, x, *vals):
+        self._check(vals)
+        return torch.empty_like(x)
+
+    def _fake_like_x3(self, g, dy, x, *vals):
+        self._check(vals)
+        return torch.empty_like(x)
+
+    def _fake_none(self, x, *vals):
+        self._check(vals)
+
+    def _param_like(self, x, vals):
+        return vals[self.li] if self.learn is not None else x.new_empty(())
+
+    def _fake_param_grad(self, dy, x, *vals):
+        self._check(vals)
+        return torch.empty_like(self._param_like(x, vals))
+
+    # -- autograd --
+
+    def _setup_x(self, ctx, inputs, output):
+        x, *vals = inputs
+        learn = None if self.li is None else vals[self.li]
+        ctx.save_for_backward(x, learn)
+        ctx.vals = [None if isinstance(v, torch.Tensor) else v for v in vals]
+
+    def _setup_grad(self, ctx, inputs, output):
+        dy, x, *vals = inputs
+        learn = None if self.li is None else vals[self.li]
+        ctx.save_for_backward(dy, x, learn)
+        ctx.vals = [None if isinstance(v, torch.Tensor) else v for v in vals]
+
+    def _setup_none(self, ctx, inputs, output):
+        pass
+
+    def _vals(self, ctx, learn):
+        vals = list(ctx.vals)
+        if self.li is not None:
+            vals[self.li] = learn
+        return vals
+
+    def _fwd_backward(self, ctx, g):
+        x, learn = ctx.saved_tensors
+        vals = self._vals(ctx, learn)
+        need = ctx.needs_input_grad
+        res: list[Any] = [None] * (1 + len(vals))
+        if need[0]:
+            res[0] = self.grad(g, x, *vals)
+        if self.li is not None and need[1 + self.li]:
+            res[1 + self.li] = self.pgrad(g, x, *vals)
+        return tuple(res)
+
+    def _grad_backward(self, ctx, gg):
+        """Of dx = dy * f'(x): d(dy) = gg * f'(x) (the first backward again), d(x) = gg * dy * f''(x)."""
+        dy, x, learn = ctx.saved_tensors
+        vals = self._vals(ctx, learn)
+        need = ctx.needs_input_grad
+        res: list[Any] = [None] * (2 + len(vals))
+        if need[0]:
+            res[0] = self.grad(gg, x, *vals)
+        if need[1]:
+            if self.grad2 is None:
+                raise _second_order_error(
+                    f"the gradient of multiact.{self.spec.name}_grad with respect to x (double backward)",
+                    "it needs multiact.backward2 (f''), which this version of multiact does not have")
+            res[1] = self.grad2(gg, dy, x, *vals)
+        if self.li is not None and need[2 + self.li]:
+            res[2 + self.li] = _mixed(self, "grad", gg, dy, x, vals)
+        return tuple(res)
+
+    def _grad_y_backward(self, ctx, gg):
+        dy, y, learn = ctx.saved_tensors
+        vals = self._vals(ctx, learn)
+        need = ctx.needs_input_grad
+        res: list[Any] = [None] * (2 + len(vals))
+        if need[0]:
+            res[0] = self.grad_y(gg, y, *vals)
+        if need[1] and self.spec.defn.y_form != "same":  # "same": piecewise linear, d/dy of f' is 0
+            raise _second_order_error(
+                f"multiact.{self.spec.name}_grad(dy, y=...) with respect to y (the backward of an in-place "
+                f"{self.spec.name})", "its derivative in terms of the output is not in the op table; "
+                "use inplace=False where the second derivative is needed")
+        return tuple(res)
+
+    def _pgrad_backward(self, ctx, gg):
+        dy, x, learn = ctx.saved_tensors
+        vals = self._vals(ctx, learn)
+        return _mixed_pgrad(self, ctx.needs_input_grad, gg, dy, x, vals)
+
+    def _grad2_backward(self, ctx, g3):
+        raise _second_order_error(f"multiact.{self.spec.name}_grad2 (a third derivative)",
+                                  "multiact has derivatives up to the second")
+
+    def args(self, params: dict, backend) -> tuple:
+        return (*(params[n] for n in self.names), backend)
+
+
+# The mixed second derivatives of the two ops with a learnable parameter, where the parameter meets x: these
+# are products and sums of elementary terms (prelu's are its linear part), written with torch's own ops.
+
+
+def _channel(w: torch.Tensor, x: torch.Tensor, axis: int) -> torch.Tensor:
+    """prelu's weight broadcast along x's axis, in x's dtype."""
+    if w.numel() == 1:
+        return w.reshape(()).to(x.dtype)
+    shape = [1] * x.ndim
+    shape[axis % x.ndim] = -1
+    return w.reshape(shape).to(x.dtype)
+
+
+def _per_channel(t: torch.Tensor, x: torch.Tensor, w: torch.Tensor, axis: int) -> torch.Tensor:
+    """t summed to prelu's weight's shape (over every axis but `axis`)."""
+    if w.numel() == 1:
+        return t.sum().reshape(w.shape).to(w.dtype)
+    ax = axis % x.ndim
+    return t.sum([d for d in range(x.ndim) if d != ax]).reshape(w.shape).to(w.dtype)
+
+
+def _swish_terms(x: torch.Tensor, beta: torch.Tensor):
+    b = beta.to(x.dtype)
+    s = torch.sigmoid(b * x)
+    ds = s * (1 - s)
+    return b, s, ds
+
+
+def _mixed(s: _OpSet, what: str, gg, dy, x, vals):
+    """d/d(learnable parameter) of <gg, dy * f'(x)>, the mixed second derivative."""
+    learn = vals[s.li]
+    if s.spec.name == "prelu":
+        return _per_channel(torch.where(x > 0, torch.zeros_like(x), gg * dy), x, learn, vals[1])
+    if s.spec.name == "swish":
+        b, _, ds = _swish_terms(x, learn)
+        return (gg * dy * x * ds * (2 + b * x * (1 - 2 * torch.sigmoid(b * x)))).sum().to(learn.dtype)
+    raise _second_order_error(
+        f"the gradient of multiact.{s.spec.name}_grad with respect to {s.learn} (double backward)",
+        "its mixed second derivative is not written")
+
+
+def _mixed_pgrad(s: _OpSet, need, gg, dy, x, vals):
+    """The backward of the parameter gradient sum(dy * df/dp) for an upstream gg of the parameter's shape."""
+    res: list[Any] = [None] * len(need)
+    if not any(need):
+        return tuple(res)
+    learn = None if s.li is None else vals[s.li]
+    if s.spec.name == "prelu":
+        w = _channel(gg, x, vals[1])
+        neg = x <= 0
+        if need[0]:
+            res[0] = torch.where(neg, w * x, torch.zeros_like(x))
+        if need[1]:
+            res[1] = torch.where(neg, w * dy, torch.zeros_like(x))
+        return tuple(res)
+    if s.spec.name == "swish" and learn is not None:
+        b, sg, ds = _swish_terms(x, learn)
+        g = gg.to(x.dtype)
+        if need[0]:
+            res[0] = g * x * x * ds
+        if need[1]:
+            res[1] = g * dy * x * ds * (2 + b * x * (1 - 2 * sg))
+        if need[2 + s.li]:
+            res[2 + s.li] = (g * (dy * x ** 3 * ds * (1 - 2 * sg)).sum()).to(learn.dtype)
+        return tuple(res)
+    raise _second_order_error(f"multiact.{s.spec.name}_{s.spec.defn.param_grad}_grad (the parameter gradient's "
+                              "own gradient)", "its second derivatives are not written")
+
+
+class _InPlace(torch.autograd.Function):
+    """inplace=True where autograd is on: the in-place op writes x (its version counter moves), and the
+    backward starts from the output where the op allows it (`spec.supports_y`), else from a copy of the
+    input taken before the write (what PyTorch does for its own in-place ops that need their input)."""
 
     @staticmethod
-    def forward(ctx, spec: OpSpec, params: dict, inplace: bool, backend: str | None, x, learn):
-        p = _with_learn(spec, params, learn)
-        xd = x.detach()
-        from_y = inplace and spec.supports_y(spec.validate(p), xd.dtype)
-        saved = None
-        if inplace and not from_y and any(ctx.needs_input_grad[4:]):
-            saved = xd.clone()  # the input is about to be overwritten and the backward needs it
-        y = dispatch.call(spec, "forward", {"x": xd}, p, xd if inplace else None, backend)
-        ctx.spec, ctx.params, ctx.backend, ctx.from_y = spec, p, backend, from_y
-        ctx.learn_like = None if learn is None else learn.detach()  # dtype/device/shape of its gradient
-        if inplace:
-            ctx.mark_dirty(x)
-            ctx.save_for_backward(x if from_y else saved)
-            return x
-        ctx.save_for_backward(x)
-        return _as_result(y, x)
+    def forward(ctx, s: _OpSet, args: tuple, from_y: bool, x, learn):
+        saved = None if from_y else x.detach().clone()
+        full = list(args)
+        if s.li is not None:
+            full[s.li] = learn
+        s.fwd_(x, *full)
+        ctx.mark_dirty(x)
+        ctx.s, ctx.args, ctx.from_y = s, args, from_y
+        ctx.save_for_backward(x if from_y else saved, learn)
+        return x
 
     @staticmethod
-    @once_differentiable
-    def backward(ctx, gy):
-        (a,) = ctx.saved_tensors
-        spec, p, backend = ctx.spec, ctx.params, ctx.backend
-        gy = gy.detach()
-        a = a.detach()
+    def backward(ctx, g):
+        a, learn = ctx.saved_tensors
+        s = ctx.s
+        full = list(ctx.args)
+        if s.li is not None:
+            full[s.li] = learn
         gx = glearn = None
+        if ctx.needs_input_grad[3]:
+            gx = s.grad_y(g, a, *full) if ctx.from_y else s.grad(g, a, *full)
         if ctx.needs_input_grad[4]:
-            if ctx.from_y:
-                gx = dispatch.call(spec, "backward_y", {"dy": gy, "y": a}, p, None, backend)
-            else:
-                gx = dispatch.call(spec, "backward", {"dy": gy, "x": a}, p, None, backend)
-            gx = _as_tensor(gx, a)
-        if ctx.needs_input_grad[5]:
-            g = dispatch.call(spec, "param_grad", {"dy": gy, "x": a}, p, None, backend)
-            glearn = _as_tensor(g, ctx.learn_like)
-        return None, None, None, None, gx, glearn
+            glearn = s.pgrad(g, a, *full)
+        return None, None, None, gx, glearn
 
 
-def _with_learn(spec: OpSpec, params: dict, learn: torch.Tensor | None) -> dict:
-    """The parameter dict the dispatcher takes, with the learnable tensor put back as a plain value."""
-    if learn is None:
-        return params
-    name = spec.param_grad[0]
-    value = learn.detach()
-    return {**params, name: float(value) if spec.name == "swish" else value}
+SETS: dict[str, _OpSet] = {}  # op name -> its custom ops (and "<op>_t": swish's with a tensor beta)
+for _spec in OPS.values():
+    SETS[_spec.name] = _OpSet(_spec)
+    if _spec.defn.param_grad is not None and all(p.kind != "array" for p in _spec.params):
+        SETS[f"{_spec.name}_t"] = _OpSet(_spec, tensor_learn=True)
+del _spec
+
+
+def _float(v: Any) -> Any:
+    """A float parameter as the schema takes it (ints and NumPy scalars as float; anything else as given,
+    for the schema to refuse by name)."""
+    return v if type(v) is float else float(v) if isinstance(v, (int, np.floating)) and not isinstance(v, bool) else v
 
 
 def _apply(spec: OpSpec, x: torch.Tensor, params: dict, inplace: bool, backend: str | None) -> torch.Tensor:
-    """Run op `spec` on x, through autograd when anything needs a gradient."""
+    """Run op `spec` on x through its custom ops (autograd comes with them)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"multiact.torch.{spec.name}(): x must be a torch.Tensor, got {type(x).__name__}")
+    s = SETS[spec.name]
     learn = None
-    if spec.param_grad is not None:
-        name = spec.param_grad[0]
-        value = params[name]
-        if isinstance(value, torch.Tensor) or spec.name == "prelu":
-            learn = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, device=x.device)
-            if spec.name == "swish" and learn.numel() != 1:
-                raise ValueError(f"multiact.torch.swish(): beta must have one element, got shape {tuple(learn.shape)}")
-            params = {k: v for k, v in params.items() if k != name}
-    needs_grad = torch.is_grad_enabled() and (x.requires_grad or (learn is not None and learn.requires_grad))
-    if not needs_grad:
-        xd = x.detach()
-        p = _with_learn(spec, params, learn)
-        y = dispatch.call(spec, "forward", {"x": xd}, p, xd if inplace else None, backend)
-        return x if inplace else _as_result(y, x)
-    return _Activation.apply(spec, params, inplace, backend, x, learn)
+    pg = spec.defn.param_grad
+    if pg is not None and isinstance(params[pg], torch.Tensor) or s.learn is not None:
+        value = params[pg]
+        learn = value if isinstance(value, torch.Tensor) else torch.as_tensor(value, device=x.device)
+        if s.learn is None:
+            s = SETS[f"{spec.name}_t"]
+            if learn.numel() != 1:
+                raise ValueError(f"multiact.torch.{spec.name}(): {pg} must have one element, got shape "
+                                 f"{tuple(learn.shape)}")
+            learn = learn.reshape(())
+    args = [learn if n == s.learn else _float(params[n]) if k == "float" else params[n]
+            for n, k in zip(s.names, (p.kind for p in spec.params), strict=True)]
+    if not inplace:
+        return s.fwd(x, *args, backend)
+    if torch.is_grad_enabled() and (x.requires_grad or (learn is not None and learn.requires_grad)):
+        from_y = learn is None and spec.supports_y(spec.validate(dict(zip(s.names, args, strict=True))), x.dtype)
+        return _InPlace.apply(s, (*args, backend), from_y, x, learn)
+    s.fwd_(x, *args, backend)
+    return x
 
 
 # ---- functions, generated from the op table ------------------------------------------------
@@ -265,52 +635,215 @@ __all__ += sorted(cls.__name__ for cls in MODULES.values())
 
 
 # ---- the gated family (glu, swiglu, geglu, reglu), generated from the composite definitions ---------------
+#
+# torch.ops.multiact.<name>(x, ...) and <name>_grad(dy, x, ...) -> dx (both halves in one pass) for the
+# one-input form; <name>_up(gate, up, ...) and <name>_up_grad(dy, gate, up, ...) -> (dgate, dup) for the
+# two-input form.  glu's activation parameters travel as one string (`_encode`).
 
 
-class _Gated(torch.autograd.Function):
-    """One gated op: the forward runs multiact.<name>, the backward multiact.<name>_grad, which writes both
-    halves of dx (or dgate and dup with up=) in one pass.  First order only, like _Activation: the second
-    derivative needs act'' of the activation, which the op table does not have (issue 15, item 2)."""
+def _encode(extra: dict) -> str:
+    """glu's activation parameters as one schema string: "negative_slope=0.2;approximate='tanh'"."""
+    return ";".join(f"{k}={v!r}" for k, v in extra.items())
 
-    @staticmethod
-    def forward(ctx, cdef: CompositeDef, given: dict, extra: dict, backend: str | None, x, up):
-        xd = x.detach()
-        ud = None if up is None else up.detach()
-        y = gated.forward(cdef, xd, ud, given, extra, None, backend)
-        ctx.cdef, ctx.given, ctx.extra, ctx.backend = cdef, given, extra, backend
-        ctx.save_for_backward(x, up)  # a later in-place write into either makes the backward raise
-        return _as_result(y, x)
 
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, gy):
+def _decode(text: str) -> dict:
+    return {k: ast.literal_eval(v) for k, v in (item.split("=", 1) for item in text.split(";") if item)}
+
+
+_COMPOSITE_TYPES = {"int": "int", "choice": "str", "act": "str"}
+
+
+def _composite_args(cdef: CompositeDef) -> list[_Arg]:
+    args = []
+    for p in cdef.params:
+        t = _COMPOSITE_TYPES.get(p.kind, "float?" if p.default is None else "float")
+        args.append(_Arg(p.name, t, p.default))
+    if cdef.takes_act_params:
+        args.append(_Arg("act_params", "str", ""))
+    return [*args, _Arg("backend", "str?", None)]
+
+
+class _GatedSet:
+    """The custom ops of one gated op (one- and two-input forms, forward and backward)."""
+
+    def __init__(self, cdef: CompositeDef):
+        self.cdef = cdef
+        self.names = cdef.param_names
+        tail = _composite_args(cdef)
+        n = cdef.name
+        T = _Arg
+        self.fwd = _define(n, [T("x", "Tensor"), *tail], "Tensor", self._forward, self._fake_forward)
+        self.grad = _define(f"{n}_grad", [T("dy", "Tensor"), T("x", "Tensor"), *tail], "Tensor",
+                            self._backward, self._fake_backward)
+        self.fwd_up = _define(f"{n}_up", [T("x", "Tensor"), T("up", "Tensor"), *tail], "Tensor",
+                              self._forward_up, self._fake_forward_up)
+        self.grad_up = _define(f"{n}_up_grad", [T("dy", "Tensor"), T("x", "Tensor"), T("up", "Tensor"), *tail],
+                               "(Tensor, Tensor)", self._backward_up, self._fake_backward_up)
+        self.fwd.register_autograd(self._fwd_backward, setup_context=self._setup1)
+        self.fwd_up.register_autograd(self._fwd_up_backward, setup_context=self._setup2)
+        self.grad.register_autograd(self._grad_backward, setup_context=self._setup2)
+        self.grad_up.register_autograd(self._grad_up_backward, setup_context=self._setup3)
+
+    def _given(self, vals: tuple) -> tuple[dict, dict, Any]:
+        k = len(self.names)
+        given = dict(zip(self.names, vals[:k], strict=True))
+        extra = _decode(vals[k]) if self.cdef.takes_act_params else {}
+        return given, extra, vals[-1]
+
+    def args(self, given: dict, extra: dict, backend) -> tuple:
+        lists = (_encode(extra),) if self.cdef.takes_act_params else ()
+        return (*(given[n] for n in self.names), *lists, backend)
+
+    def _forward(self, x, *vals):
+        given, extra, backend = self._given(vals)
+        return _as_result(gated.forward(self.cdef, x, None, given, extra, None, backend), x).contiguous()
+
+    def _forward_up(self, x, up, *vals):
+        given, extra, backend = self._given(vals)
+        return _as_result(gated.forward(self.cdef, x, up, given, extra, None, backend), x).contiguous()
+
+    def _backward(self, dy, x, *vals):
+        given, extra, backend = self._given(vals)
+        return _layout(_as_result(gated.backward(self.cdef, dy, x, None, given, extra, None, backend), x), x)
+
+    def _backward_up(self, dy, x, up, *vals):
+        given, extra, backend = self._given(vals)
+        dg, du = gated.backward(self.cdef, dy, x, up, given, extra, None, backend)
+        return _layout(_as_result(dg, x), x), _layout(_as_result(du, x), x)
+
+    def _resolve(self, vals: tuple, x, up=None):
+        given, extra, backend = self._given(vals)
+        fn = gated.label(self.cdef, "forward")
+        dispatch._check_backend(fn, backend)
+        call = gated.resolve(self.cdef, given, extra, fn)
+        if up is not None:
+            gated._check_form(fn, self.cdef, given, up)
+        return call, fn
+
+    def _fake_forward(self, x, *vals):
+        call, fn = self._resolve(vals, x)
+        shape = list(x.shape)
+        d = gated._axis(fn, tuple(shape), call.dim, call.layout)
+        shape[d] //= 2
+        return x.new_empty(shape)
+
+    def _fake_forward_up(self, x, up, *vals):
+        self._resolve(vals, x, up)
+        return x.new_empty(x.shape)
+
+    def _fake_backward(self, dy, x, *vals):
+        self._resolve(vals, x)
+        return torch.empty_like(x)
+
+    def _fake_backward_up(self, dy, x, up, *vals):
+        self._resolve(vals, x, up)
+        return torch.empty_like(x), torch.empty_like(x)
+
+    def _setup1(self, ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.vals = inputs[1:]
+
+    def _setup2(self, ctx, inputs, output):
+        ctx.save_for_backward(inputs[0], inputs[1])
+        ctx.vals = inputs[2:]
+
+    def _setup3(self, ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:3])
+        ctx.vals = inputs[3:]
+
+    def _fwd_backward(self, ctx, g):
+        (x,) = ctx.saved_tensors
+        dx = self.grad(g, x, *ctx.vals) if ctx.needs_input_grad[0] else None
+        return (dx,) + (None,) * len(ctx.vals)
+
+    def _fwd_up_backward(self, ctx, g):
         x, up = ctx.saved_tensors
-        xd = x.detach()
-        ud = None if up is None else up.detach()
-        g = gated.backward(ctx.cdef, gy.detach(), xd, ud, ctx.given, ctx.extra, None, ctx.backend)
-        if up is None:
-            gx, gup = _as_tensor(g, xd), None
+        dg = du = None
+        if any(ctx.needs_input_grad[:2]):
+            dg, du = self.grad_up(g, x, up, *ctx.vals)
+        need = ctx.needs_input_grad
+        return (dg if need[0] else None, du if need[1] else None) + (None,) * len(ctx.vals)
+
+    # Second order.  With g = min(gate, limit), u = clamp(up, -limit, limit) + shift and the masks
+    # mg = gate <= limit, mu = |up| <= limit, the backward is dgate = mg a'(g) dy u, dup = mu a(g) dy; for
+    # upstream gradients (Gg, Gu) of (dgate, dup) its own backward is
+    #     d(dy)   = a_grad(Gg mg u, g) + Gu mu a(g)
+    #     d(gate) = mg (a_grad2(Gg, dy u, g) + a_grad(Gu mu dy, g))
+    #     d(up)   = mu a_grad(Gg mg dy, g)
+    # with the activation's own custom ops (a, a_grad, a_grad2 = multiact.backward2).
+
+    def _second(self, vals, dy, gate, up, gg, gu):
+        given, extra, backend = self._given(vals)
+        call = gated.resolve(self.cdef, given, extra, gated.label(self.cdef, "backward"))
+        s = SETS[call.act.name]
+        args = s.args(call.act_p, backend)
+        limit, shift = call.kp["limit"], call.kp["shift"]
+        zero = torch.zeros_like(gate)
+        gg = zero if gg is None else gg
+        gu = zero if gu is None else gu
+        if limit == math.inf:
+            g, u = gate, up
         else:
-            gx, gup = (_as_tensor(g[0], xd), _as_tensor(g[1], ud))
-        need_x, need_up = ctx.needs_input_grad[4:6]
-        return None, None, None, None, gx if need_x else None, gup if need_up else None
+            mg, mu = gate <= limit, up.abs() <= limit
+            g, u = gate.clamp(max=limit), up.clamp(-limit, limit) + shift
+            gg, gu = torch.where(mg, gg, zero), torch.where(mu, gu, zero)
+        if s.grad2 is None:
+            raise _second_order_error(f"multiact.{self.cdef.name}_grad (double backward)",
+                                      "it needs multiact.backward2, which this version of multiact does not have")
+        d_dy = s.grad(gg * u, g, *args) + gu * s.fwd(g, *args)
+        d_gate = s.grad2(gg, dy * u, g, *args) + s.grad(gu * dy, g, *args)
+        d_up = s.grad(gg * dy, g, *args)
+        if limit != math.inf:
+            d_gate, d_up = torch.where(mg, d_gate, zero), torch.where(mu, d_up, zero)
+        return call, d_dy, d_gate, d_up
+
+    def _grad_backward(self, ctx, gdx):
+        dy, x = ctx.saved_tensors
+        given, _, _ = self._given(ctx.vals)
+        fn = gated.label(self.cdef, "backward")
+        call = gated.resolve(self.cdef, given, self._given(ctx.vals)[1], fn)
+        dim = gated._axis(fn, tuple(x.shape), call.dim, call.layout)
+        gate, up = gated._pair(call, *gated.split(x, dim, call.layout))
+        gg, gu = gated._pair(call, *gated.split(gdx, dim, call.layout))
+        call, d_dy, d_gate, d_up = self._second(ctx.vals, dy, gate, up, gg, gu)
+        first, second = gated._pair(call, d_gate, d_up)
+        if call.layout == "interleaved":
+            d_x = torch.stack([first, second], dim + 1).flatten(dim, dim + 1)
+        else:
+            d_x = torch.cat([first, second], dim)
+        need = ctx.needs_input_grad
+        return (d_dy if need[0] else None, d_x if need[1] else None) + (None,) * len(ctx.vals)
+
+    def _grad_up_backward(self, ctx, g_first, g_second):
+        dy, x, up = ctx.saved_tensors
+        given, extra, _ = self._given(ctx.vals)
+        call = gated.resolve(self.cdef, given, extra, gated.label(self.cdef, "backward"))
+        gate, upv = gated._pair(call, x, up)
+        gg, gu = gated._pair(call, g_first, g_second)
+        call, d_dy, d_gate, d_up = self._second(ctx.vals, dy, gate, upv, gg, gu)
+        d_x, d_u = gated._pair(call, d_gate, d_up)
+        need = ctx.needs_input_grad
+        return (d_dy if need[0] else None, d_x if need[1] else None, d_u if need[2] else None) + \
+            (None,) * len(ctx.vals)
+
+
+GATED_SETS: dict[str, _GatedSet] = {c.name: _GatedSet(c) for c in COMPOSITES if c.family == GATED.name}
 
 
 def _apply_gated(cdef: CompositeDef, x: Any, up: Any, given: dict, extra: dict, backend: str | None) -> torch.Tensor:
-    """Run gated op `cdef` on x (and up), through autograd when anything needs a gradient."""
+    """Run gated op `cdef` on x (and up) through its custom ops."""
     fn = f"multiact.torch.{cdef.name}()"
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{fn}: x must be a torch.Tensor, got {type(x).__name__}")
-    if up is not None:
-        if not isinstance(up, torch.Tensor):
-            raise TypeError(f"{fn}: up must be a torch.Tensor or None, got {type(up).__name__}")
-        if up.dtype != x.dtype:  # checked here: a bfloat16 tensor reaches multiact as a float32 copy
-            raise TypeError(f"{fn}: up has dtype {up.dtype} but x has {x.dtype}; they must match")
-    needs_grad = torch.is_grad_enabled() and (x.requires_grad or (up is not None and up.requires_grad))
-    if not needs_grad:
-        y = gated.forward(cdef, x.detach(), None if up is None else up.detach(), given, extra, None, backend)
-        return _as_result(y, x)
-    return _Gated.apply(cdef, given, extra, backend, x, up)
+    s = GATED_SETS[cdef.name]
+    args = s.args(given, extra, backend)
+    if up is None:
+        return s.fwd(x, *args)
+    if not isinstance(up, torch.Tensor):
+        raise TypeError(f"{fn}: up must be a torch.Tensor or None, got {type(up).__name__}")
+    if up.dtype != x.dtype:  # checked here: a bfloat16 tensor reaches multiact as a float32 copy
+        raise TypeError(f"{fn}: up has dtype {up.dtype} but x has {x.dtype}; they must match")
+    return s.fwd_up(x, up, *args)
 
 
 def _gated_signature(cdef: CompositeDef) -> tuple[str, str, str]:

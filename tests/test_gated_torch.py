@@ -255,19 +255,44 @@ def test_gradcheck_two_inputs(name):
     assert torch.autograd.gradcheck(lambda a, b: f(a, up=b), (g, u))
 
 
-def test_double_backward_is_refused_clearly():
-    """First order only (like the elementwise functions): the second derivative needs act'', which the
-    op table does not have yet (issue 15, item 2)."""
-    x = _randn(3, 4).requires_grad_()
-    v = torch.ones(3, 2, dtype=torch.float64, requires_grad=True)
-    (g,) = torch.autograd.grad(mt.swiglu(x), x, grad_outputs=v, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable"):
-        g.sum().backward()
-    u = _randn(3, 4, seed=1).requires_grad_()
-    dg, du = torch.autograd.grad(mt.geglu(x, up=u), (x, u), grad_outputs=torch.ones_like(x).requires_grad_(),
-                                 create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable"):
-        (dg.sum() + du.sum()).backward()
+@pytest.mark.parametrize("name,kw,kinks", [
+    ("glu", {}, ()),
+    ("glu", {"dim": 0, "act": "tanh", "activate": "first"}, ()),
+    ("glu", {"act": "leaky_relu", "negative_slope": 0.2, "layout": "interleaved"}, (0.0,)),
+    ("swiglu", {}, ()),
+    ("swiglu", {"layout": "interleaved", "alpha": 1.702, "limit": 1.5}, (1.5, -1.5)),
+    ("geglu", {"approximate": "tanh"}, ()),
+    ("reglu", {}, (0.0,)),
+], ids=["glu", "glu-tanh-dim0", "glu-leaky-interleaved", "swiglu", "swiglu-clipped", "geglu-tanh", "reglu"])
+def test_gradgradcheck_one_input(name, kw, kinks):
+    """Second order: the gated backward's own backward composes the activation's custom ops (its first
+    backward and multiact.backward2), with the clip's masks."""
+    x = _away(_randn(4, 6, 2), kinks).requires_grad_()
+    f = getattr(mt, name)
+    assert torch.autograd.gradgradcheck(lambda t: f(t, **kw), (x,))
+
+
+@pytest.mark.parametrize("activate", ["first", "second"])
+@pytest.mark.parametrize("name", [c.name for c in COMPOSITES])
+def test_gradgradcheck_two_inputs(name, activate):
+    g, u = _randn(5, 3, seed=1).requires_grad_(), _randn(5, 3, seed=2).requires_grad_()
+    if name == "reglu":
+        g = _away(g.detach(), (0.0,)).requires_grad_()
+    f = getattr(mt, name)
+    assert torch.autograd.gradgradcheck(lambda a, b: f(a, up=b, activate=activate), (g, u))
+
+
+def test_gradgradcheck_clipped_two_inputs():
+    g = _away(_randn(5, 3, seed=1, scale=3), (1.5,)).requires_grad_()
+    u = _away(_randn(5, 3, seed=2, scale=3), (1.5, -1.5)).requires_grad_()
+    assert torch.autograd.gradgradcheck(lambda a, b: mt.swiglu(a, up=b, alpha=1.702, limit=1.5), (g, u))
+
+
+def test_hessian_matches_torch_composition():
+    x = _randn(2, 6)
+    h = torch.autograd.functional.hessian(lambda t: mt.swiglu(t).sum(), x)
+    want = torch.autograd.functional.hessian(lambda t: (F.silu(_halves(t)[0]) * _halves(t)[1]).sum(), x)
+    torch.testing.assert_close(h, want, rtol=1e-12, atol=1e-13)
 
 
 # ---- a LLaMA-style MLP ---------------------------------------------------------------------------------

@@ -189,12 +189,43 @@ def test_in_place_without_grad_writes_input():
     np.testing.assert_array_equal(x.numpy(), want)
 
 
-def test_double_backward_is_refused_clearly():
+@pytest.mark.parametrize("op,params", CASES)
+def test_gradgradcheck(op, params):
+    """Second order through torch.ops.multiact.<op>_grad's autograd: d(dy) is the first backward again, d(x)
+    runs multiact.backward2 (f''), and the learnable swish beta / prelu weight get their mixed terms."""
+    spec = OPS[op]
+    kw, learn = _call_args(op, params, torch.float64)
+    x = _away_from_kinks(spec, params, shape=(3, 4)).requires_grad_()
+    names = [k for k, v in kw.items() if isinstance(v, torch.Tensor)]
+
+    def f(x, *ps):
+        return getattr(mt, op)(x, **{**kw, **dict(zip(names, ps, strict=True))})
+
+    assert torch.autograd.gradgradcheck(f, (x, *learn))
+
+
+def test_create_graph_gives_a_graph_and_the_hessian_is_torchs():
+    x = torch.linspace(-3, 3, 7, dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(mt.gelu(x).sum(), x, create_graph=True)
+    assert g.requires_grad and g.grad_fn is not None
+    h = torch.autograd.functional.hessian(lambda t: mt.silu(t).sum(), x.detach())
+    want = torch.autograd.functional.hessian(lambda t: F.silu(t).sum(), x.detach())
+    assert h.abs().sum() > 0
+    torch.testing.assert_close(h, want, rtol=1e-12, atol=1e-14)
+
+
+def test_double_backward_through_an_in_place_own_y_form_is_refused_clearly():
+    """The in-place backward starts from y; where f' in terms of y has no derivative in the table, a second
+    backward raises (never a gradient without a graph); piecewise-linear y-forms give their zero term."""
     x = torch.randn(4, dtype=torch.float64, requires_grad=True)
-    v = torch.ones(4, dtype=torch.float64, requires_grad=True)
-    (g,) = torch.autograd.grad(mt.gelu(x), x, grad_outputs=v, create_graph=True)
-    with pytest.raises(RuntimeError, match="once_differentiable"):
+    (g,) = torch.autograd.grad(mt.sigmoid(x * 1.0, inplace=True).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="not differentiable"):
         g.sum().backward()
+    x = torch.tensor([-1.0, 2.0, -3.0, 4.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(mt.leaky_relu(x * 2.0, 0.2, inplace=True).sum(), x, create_graph=True)
+    torch.testing.assert_close(g, torch.tensor([0.4, 2.0, 0.4, 2.0], dtype=torch.float64))
+    (h,) = torch.autograd.grad(g.sum(), x, allow_unused=True)
+    assert h is None or not h.any()
 
 
 # ---- against torch's own modules in float32 ------------------------------------------------------
