@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import skip_unless_sampled
 
 import multiact as ma
 from multiact import consistency as C
@@ -228,6 +229,7 @@ def test_numba_supports_every_gated_key_forward_and_backward():
 @needs_numba
 @pytest.mark.parametrize("key", KEYS)
 def test_numba_every_key(key):
+    skip_unless_sampled("numba", key, KEYS)
     for dtype in (np.float32, np.float16):
         _layout_case(Host, key, dtype, (8, 3, 25), -1, "halves")
     if key in SAMPLE:
