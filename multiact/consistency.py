@@ -582,3 +582,106 @@ def _bias_act_reference(call: Any, dtype: np.dtype, x: np.ndarray, b: np.ndarray
         bound_dz = tol * np.where(np.isfinite(spacing), spacing, 0) + act.tol.bwd_atol * eps * np.abs(e) + wiggle(bwd)
         return {"z": z, "y": fwd(z), "dx": dz * sf, "dz": dz, "e": e, "slack_y": wiggle(fwd),
                 "slack_dx": wiggle(bwd) * np.abs(sf), "bound_dz": bound_dz}
+
+
+# ---- second order: backward2, g * dy * f''(x) ------------------------------------------------------------
+
+# The bound of a second derivative, beyond the op's own: one more product (g * dy) and a longer formula
+# (ulps), and an absolute floor in eps * |g * dy| (f'' crosses zero away from any kink for most smooth
+# ops: sigmoid at 0, gelu at +-sqrt(2), swish and mish twice; near there no formula is relatively
+# accurate in the compute precision).
+BWD2_EXTRA_ULP = 2
+BWD2_ATOL = 8
+
+
+def backward2_tolerance(spec: OpSpec) -> OpSpec:
+    """The op with its tolerance widened for backward2 (judged by `compare` as a backward with scale
+    |g * dy|): BWD2_EXTRA_ULP more ulps, and an absolute floor of at least BWD2_ATOL eps * |g * dy|."""
+    from dataclasses import replace
+
+    t = spec.tol
+    e = BWD2_EXTRA_ULP
+    tol = replace(t, ulp32=t.ulp32 + e, ulp64=t.ulp64 + e, ulp16=t.ulp16 + 1,
+                  bwd_atol=max(t.bwd_atol, 0.0) + BWD2_ATOL)
+    return replace(spec, tol=tol)
+
+
+def backward2_reference(spec: OpSpec, params: dict[str, Any], dtype: Any, g: np.ndarray, dy: np.ndarray,
+                        x: np.ndarray) -> np.ndarray:
+    """The float64 reference of backward2 on the exact input values (parameters rounded to the compute
+    precision, prelu's weight as given)."""
+    p = _rounded(spec, params, dtype)
+    a64 = [a.astype(np.float64) for a in (g, dy, x)]
+    if spec.name == "prelu":
+        return spec.backward2(*a64, p["weight"].astype(np.float64), p["axis"])
+    return spec.backward2(*a64, **p)
+
+
+def backward2_zero_sign(spec: OpSpec, params: dict[str, Any], dtype: Any, g: np.ndarray, dy: np.ndarray,
+                        x: np.ndarray) -> np.ndarray:
+    """Where a zero backward2 result must carry the reference's sign: on a piece where f'' is identically
+    0 (the reference gives +0 whatever g and dy are: relu's, elu's x > 0, softplus's linear branch), away
+    from its ends by a few ulps, and
+    where g * dy is +-0 and f''(x) is a normal number of the compute precision (float32 below float64).
+    Elsewhere a zero's sign is the formula's (tanh''(+-0) is -+0 or +-0), not the contract's."""
+    compute = np.float64 if np.dtype(dtype) == np.float64 else np.float32
+    ones, nan = np.ones(x.shape), np.full(x.shape, np.nan)
+    eps = float(np.finfo(compute).eps)
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        # on the piece at x and a few ulps of the compute precision either side: at a branch boundary
+        # computed in float32 (softplus's beta * x = threshold) a kernel may land on either piece
+        ident = np.ones(x.shape, bool)
+        for f in (1.0, 1 + 4 * eps, 1 - 4 * eps):
+            ident &= backward2_reference(spec, params, dtype, ones, nan, x64 * f) == 0
+        d2 = np.abs(backward2_reference(spec, params, dtype, ones, ones, x))
+        gdy0 = (g.astype(np.float64) * dy.astype(np.float64)) == 0
+    return ident | (gdy0 & np.isfinite(d2) & (d2 >= float(np.finfo(compute).tiny)))
+
+
+def backward2_inputs(spec: OpSpec, params: dict[str, Any], dtype: Any, n: int = 600
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], dict[str, Any]]:
+    """(g, dy, x, call parameters, reference parameters): the suite's x (zero pairs, the op's sample with
+    its kinks and the specials), dy and g random normal with +-0 beside x = +-0; prelu on 4 channels."""
+    dtype = np.dtype(dtype)
+    x0, dy0 = zero_pairs(dtype)
+    x = np.concatenate([x0, sample_x(spec, params, dtype, n=n)])
+    rng = np.random.default_rng(2)
+    dy = np.concatenate([dy0, rng.standard_normal(x.size - x0.size).astype(dtype)])
+    g0 = np.resize(np.array([1.0, -1.0, 0.5, -2.0, -0.0]), x0.size).astype(dtype)
+    g = np.concatenate([g0, rng.standard_normal(x.size - x0.size).astype(dtype)])
+    call_params, ref_params = dict(params), dict(params)
+    if spec.name == "prelu":
+        m = x.size - x.size % 4
+        x, dy, g = (a[:m].reshape(-1, 4) for a in (x, dy, g))
+        call_params["weight"] = prelu_weight(x, params["weight"])
+        w = call_params["weight"]
+        ref_params = {"weight": w.reshape(1, -1) if w.size > 1 else w.reshape(1, 1), "axis": 1}
+    return g, dy, x, call_params, ref_params
+
+
+def run_backward2_case(backend: str | None, op: str, dtype: Any, params: dict[str, Any], to_kind: Any = None,
+                       from_kind: Any = None, n: int = 600) -> Verdict:
+    """Call `ma.backward2` on `backend` with the standard inputs for one (op, dtype, params) and judge it
+    against the float64 reference with `backward2_tolerance` (scale |g * dy|)."""
+    import multiact as ma
+
+    spec = OPS[op]
+    dtype = np.dtype(dtype)
+    to_kind = to_kind or (lambda a: a)
+    from_kind = from_kind or (lambda a: np.asarray(a))
+    g, dy, x, call_params, ref_params = backward2_inputs(spec, params, dtype, n)
+    got = from_kind(ma.backward2(op, to_kind(g), to_kind(dy), to_kind(x), backend=backend, **call_params))
+    ref = backward2_reference(spec, ref_params, dtype, g, dy, x)
+    sign = backward2_zero_sign(spec, ref_params, dtype, g, dy, x)
+    with np.errstate(over="ignore"):
+        scale = g.astype(np.float64) * dy.astype(np.float64)
+    return compare(got, ref, x, backward2_tolerance(spec), "backward", scale=scale, params=params,
+                   zero_sign=sign)
+
+
+def backward2_failures(backend: str | None, op: str, params: dict[str, Any], dtype: Any, to_kind: Any = None,
+                       from_kind: Any = None, n: int = 600) -> list[str]:
+    """One backward2 case; the failure described (empty when it passes)."""
+    v = run_backward2_case(backend, op, dtype, params, to_kind, from_kind, n)
+    return [] if v.passed else [f"backward2: {v.describe()}"]

@@ -579,10 +579,11 @@ def tanhshrink_grad2(g, dy, x):
 @np.errstate(all="ignore")
 def softplus_grad2(g, dy, x, beta, threshold):
     # beta * s(z) * (1 - s(z)) on the smooth branch, +0 where beta * x > threshold (the linear branch)
+    # and at the kink beta * x = threshold itself (PyTorch's double backward: its (z < threshold) mask)
     b = _c(x, beta)
     z = x * b
     d2 = _grad2(g, dy, b * (sigmoid(z) * sigmoid(-z)))
-    return _keepnan(x, np.where(z > threshold, _c(d2, 0), d2))
+    return _keepnan(x, np.where(z < threshold, d2, _c(d2, 0)))
 
 
 @np.errstate(all="ignore")
