@@ -37,6 +37,8 @@ def supports(key: str, direction: str, dtype: str) -> bool:
         return direction in ("forward", "backward")
     if direction == "backward2":  # second order: g * dy * f''(x), wherever the op has the reference
         return key in KEYS and KEYS[key].backward2 is not None
+    if direction in ("param_grad2", "param_grad2_param"):  # elementwise, in the learnable parameter
+        return key in KEYS and KEYS[key].param_grad2_ref is not None
     return key in KEYS and KEYS[key].has(direction)
 
 
@@ -243,4 +245,6 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         return _elementwise(spec.name, spec.backward_y, 2)
     if direction == "backward2":  # kernel(g, dy, x, out, p)
         return _elementwise(spec.name, spec.backward2, 3)
+    if direction in ("param_grad2", "param_grad2_param"):  # kernel(g, dy, x, out, p), elementwise
+        return _elementwise(spec.name, spec.param_grad2_ref[direction == "param_grad2_param"], 3)
     return _param_grad(spec.name, spec.param_grad[1])

@@ -47,6 +47,23 @@ def backward2(
     return dispatch.call(get(op), "backward2", {"g": g, "dy": dy, "x": x}, params, out, backend)
 
 
+def param_grad2(
+    op: str, param: str, g: Any, dy: Any, x: Any, *, wrt: str = "x", out: Any = None, backend: str | None = None,
+    **params: Any,
+) -> Any:
+    """Second order in a learnable parameter p (swish's beta, prelu's weight), elementwise, not summed:
+    wrt="x": g * dy * d2f/dx dp (summed to p's shape, the gradient of <g, backward(op, dy, x)> with respect
+    to p; with g the parameter gradient's upstream, broadcast to x, the gradient of <g, param_grad(...)>
+    with respect to x); wrt=param: g * dy * d2f/dp2 (summed, the parameter gradient's own gradient)."""
+    spec = get(op)
+    if spec.param_grad is None or spec.param_grad[0] != param or spec.param_grad2_ref is None:
+        raise ValueError(f"{op} has no second derivative in parameter {param!r}")
+    if wrt not in ("x", param):
+        raise ValueError(f"param_grad2({op!r}, {param!r}): wrt must be 'x' or {param!r}, got {wrt!r}")
+    direction = "param_grad2" if wrt == "x" else "param_grad2_param"
+    return dispatch.call(spec, direction, {"g": g, "dy": dy, "x": x}, params, out, backend)
+
+
 def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     name = spec.label("backward")
     if y is None:

@@ -91,6 +91,9 @@ class OpSpec:
     # Second order: g * dy * f''(x), the backward of the backward with respect to x (`ma.backward2`);
     # None for an op registered without one (then no backend runs backward2 for it).
     backward2: Callable[..., Any] | None = None
+    # Second order in the learnable parameter (`ma.param_grad2`), elementwise: (g * dy * d2f/dx dp,
+    # g * dy * d2f/dp2), directions "param_grad2" and "param_grad2_param"; None without one.
+    param_grad2_ref: tuple[Callable[..., Any], Callable[..., Any]] | None = None
     kinks: Callable[[Mapping[str, Any]], tuple[float, ...]] = lambda p: ()
     tol: Tolerance = field(default_factory=Tolerance)
     exact: bool = False  # piecewise linear: backends must round exactly like the formula
@@ -153,6 +156,8 @@ class OpSpec:
             return f"{self.name}_{self.param_grad[0]}_grad()"
         if direction == "backward2":
             return f"backward2({self.name!r})"
+        if direction in ("param_grad2", "param_grad2_param") and self.param_grad is not None:
+            return f"param_grad2({self.name!r}, {self.param_grad[0]!r})"
         return f"{self.name}_grad()"
 
     def convert(self, given: Mapping[str, Any], fn: str | None = None) -> dict[str, Any]:
@@ -236,7 +241,7 @@ _NUMERICS: dict[str, dict[str, Any]] = {
                        backward2=R.leaky_relu_grad2),
     "prelu": dict(forward=R.prelu, backward=R.prelu_grad, param_grad_ref=R.prelu_weight_grad, kinks=lambda p: (0.0,),
                   tol=_LINEAR, exact=True,
-                  backward2=R.prelu_grad2),
+                  backward2=R.prelu_grad2, param_grad2_ref=(R.prelu_grad2_weight, R.prelu_grad2_weight_weight)),
     "elu": dict(forward=R.elu, backward=R.elu_grad, backward_y=R.elu_grad_y, kinks=lambda p: (0.0,), tol=_EXP_FROM_Y,
                 backward2=R.elu_grad2),
     "selu": dict(forward=R.selu, backward=R.selu_grad, backward_y=R.selu_grad_y, kinks=lambda p: (0.0,),
@@ -255,7 +260,7 @@ _NUMERICS: dict[str, dict[str, Any]] = {
                  backward2=R.silu_grad2),
     "swish": dict(forward=R.swish, backward=R.swish_grad, param_grad_ref=R.swish_beta_grad, kinks=lambda p: (0.0,),
                   tol=_crosses_zero(_scaled_arg("beta")),
-                  backward2=R.swish_grad2),
+                  backward2=R.swish_grad2, param_grad2_ref=(R.swish_grad2_beta, R.swish_grad2_beta_beta)),
     "hardswish": dict(forward=R.hardswish, backward=R.hardswish_grad, kinks=lambda p: (-3.0, -1.5, 3.0),
                       tol=Tolerance(ulp32=2, ulp64=2, bwd_atol=2),
                       backward2=R.hardswish_grad2),

@@ -643,3 +643,43 @@ def mish_grad2(g, dy, x):
     xc = np.clip(x, -big, big)
     sh = s * h
     return _grad2(g, dy, _c(x, 2) * sh + ((xc * sh) * (sn - _c(x, 2) * (t * s))))
+
+
+# ---- second order in a learnable parameter (swish's beta, prelu's weight), elementwise ------------------
+#
+# For f(x; p): the mixed partial g * dy * d2f/dx dp (summed, the gradient of <g, dy * f'> with respect to
+# p; with g the parameter gradient's upstream, the gradient of <g, sum(dy * df/dp)> with respect to x),
+# and g * dy * d2f/dp2 (summed, the parameter gradient's own gradient with respect to p).
+
+
+@np.errstate(all="ignore")
+def swish_grad2_beta(g, dy, x, beta):
+    """g * dy * x s s' (2 + beta x (s' - s)): d2/dx dbeta of x sigmoid(beta x).  Products with x are 0
+    where the other factor is (the tails, never inf * 0); beta = 0 gives x / 2, which grows to +-inf."""
+    s, sn, _ = _swish_like(x, beta)
+    d = sn - s
+    xq = _gated(x, s * sn)
+    second = np.where(d == 0, _c(x, 0), (_gated(x, xq) * d) * _c(x, beta))
+    return _grad2(g, dy, _c(x, 2) * xq + second)
+
+
+@np.errstate(all="ignore")
+def swish_grad2_beta_beta(g, dy, x, beta):
+    """g * dy * x^3 s s' (s' - s): d2/dbeta2 of x sigmoid(beta x) (0 where s' = s: x = 0 or beta = 0)."""
+    s, sn, _ = _swish_like(x, beta)
+    d = sn - s
+    x3q = _gated(x, _gated(x, _gated(x, s * sn)))
+    return _grad2(g, dy, np.where(d == 0, _c(x, 0), x3q * d))
+
+
+@np.errstate(all="ignore")
+def prelu_grad2_weight(g, dy, x, weight, axis):
+    """g * dy where x <= 0 (d2/dx dw of prelu is 1 there), +0 where x > 0."""
+    p = _grad2(g, dy, _c(x, 1))
+    return _keepnan(x, np.where(x > 0, _c(p, 0), p))
+
+
+@np.errstate(all="ignore")
+def prelu_grad2_weight_weight(g, dy, x, weight, axis):
+    """0: prelu is linear in its weight."""
+    return _zero_grad2(g, dy, x)

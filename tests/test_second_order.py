@@ -385,3 +385,107 @@ def test_torch_cpu_tensors():
     np.testing.assert_allclose(got.numpy(), 2 * OPS["silu"].backward2(np.ones(10), np.ones(10),
                                                                        x.numpy().astype(np.float64)), rtol=1e-5,
                                atol=1e-6)
+
+
+# ---- second order in the learnable parameters: ma.param_grad2 -----------------------------------------------
+
+
+def _swish_dp(x, beta):
+    """d/dbeta of x sigmoid(beta x), elementwise (the summand of swish_beta_grad with dy = 1)."""
+    s = 1 / (1 + np.exp(-beta * x))
+    return x * x * s * (1 - s)
+
+
+@pytest.mark.parametrize("beta", [1.0, 1.3, -0.7, 0.0])
+def test_swish_param_grad2_is_the_derivative(beta):
+    spec = OPS["swish"]
+    x = np.linspace(-12, 12, 961) + 1e-3 / 7
+    one = np.ones_like(x)
+    mixed, pp = spec.param_grad2_ref
+    h = 1e-6
+    # d/dbeta of f'(x) and d/dx of df/dbeta: the same mixed partial
+    fd_b = (spec.backward(one, x, beta + h) - spec.backward(one, x, beta - h)) / (2 * h)
+    hx = 1e-6 * np.maximum(1, np.abs(x))
+    fd_x = (_swish_dp(x + hx, beta) - _swish_dp(x - hx, beta)) / (2 * hx)
+    got = mixed(one, one, x, beta)
+    np.testing.assert_allclose(got, fd_b, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(got, fd_x, rtol=1e-6, atol=1e-8)
+    fd_bb = (_swish_dp(x, beta + h) - _swish_dp(x, beta - h)) / (2 * h)
+    np.testing.assert_allclose(pp(one, one, x, beta), fd_bb, rtol=1e-6, atol=1e-7)
+    # the tails: exact 0 at +-inf and huge |x| (never inf * 0)
+    big = np.array([np.inf, -np.inf, 1e308, -1e308])
+    want = big / 2 if beta == 0 else np.zeros(4)  # beta = 0: x / 2
+    assert np.array_equal(mixed(np.ones(4), np.ones(4), big, beta), want)
+    assert np.array_equal(pp(np.ones(4), np.ones(4), big, beta), np.zeros(4))
+
+
+def test_prelu_param_grad2_is_the_derivative():
+    spec = OPS["prelu"]
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5, 3, 2))
+    w = np.array([0.1, -0.2, 0.5]).reshape(1, 3, 1)
+    one = np.ones_like(x)
+    mixed, pp = spec.param_grad2_ref
+    e = 1e-6
+    fd = (spec.backward(one, x, w + e, 1) - spec.backward(one, x, w - e, 1)) / (2 * e)
+    np.testing.assert_allclose(mixed(one, one, x, w, 1), fd, atol=1e-9)
+    assert np.all(pp(one, one, x, w, 1) == 0)
+
+
+def test_param_grad2_matches_torch():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    x, dy, g = rng.standard_normal(40) * 3, rng.standard_normal(40), rng.standard_normal(40)
+    for beta in (1.3, -0.7):
+        xt = torch.tensor(x, requires_grad=True)
+        bt = torch.tensor(beta, dtype=torch.float64, requires_grad=True)
+        dyt = torch.tensor(dy)
+        y = xt * torch.sigmoid(bt * xt)
+        dx, db = torch.autograd.grad(y, (xt, bt), dyt, create_graph=True)
+        (want_b,) = torch.autograd.grad(dx, bt, torch.tensor(g), retain_graph=True)  # d<g, dx>/dbeta
+        gb = 0.37
+        want_x, want_bb = torch.autograd.grad(db, (xt, bt), torch.tensor(gb, dtype=torch.float64))
+        mixed = ma.param_grad2("swish", "beta", g, dy, x, beta=beta)
+        np.testing.assert_allclose(mixed.sum(), want_b.item(), rtol=1e-10)
+        np.testing.assert_allclose(ma.param_grad2("swish", "beta", np.full(40, gb), dy, x, beta=beta),
+                                   want_x.numpy(), rtol=1e-10, atol=1e-15)
+        pp = ma.param_grad2("swish", "beta", np.full(40, gb), dy, x, wrt="beta", beta=beta)
+        np.testing.assert_allclose(pp.sum(), want_bb.item(), rtol=1e-10)
+    xt = torch.tensor(x.reshape(4, 2, 5), requires_grad=True)
+    wt = torch.tensor([0.2, -0.4], dtype=torch.float64, requires_grad=True)
+    (dx,) = torch.autograd.grad(torch.nn.functional.prelu(xt, wt), xt, torch.tensor(dy.reshape(4, 2, 5)),
+                                create_graph=True)
+    (want_w,) = torch.autograd.grad(dx, wt, torch.tensor(g.reshape(4, 2, 5)))
+    got = ma.param_grad2("prelu", "weight", g.reshape(4, 2, 5), dy.reshape(4, 2, 5), x.reshape(4, 2, 5),
+                         weight=np.array([0.2, -0.4]))
+    np.testing.assert_allclose(got.sum(axis=(0, 2)), want_w.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_param_grad2_in_every_dtype(dtype):
+    spec = OPS["swish"]
+    for params in C.param_cases(spec):
+        g, dy, x, _, _ = C.backward2_inputs(spec, params, dtype)
+        p = C._rounded(spec, params, dtype)
+        for wrt, ref in zip(("x", "beta"), spec.param_grad2_ref, strict=True):
+            got = ma.param_grad2("swish", "beta", g, dy, x, wrt=wrt, **params)
+            assert got.dtype == np.dtype(dtype)
+            want = ref(*(a.astype(np.float64) for a in (g, dy, x)), **p)
+            with np.errstate(over="ignore"):  # |x|^3: the bound's floor grows like the formula's terms
+                scale = g.astype(np.float64) * dy.astype(np.float64) * np.maximum(1, np.abs(x.astype(np.float64))) ** 3
+            v = C.compare(got, want, x, C.backward2_tolerance(spec), "backward", scale=scale, params=params,
+                          zero_sign=np.zeros(x.shape, bool))
+            assert v.passed, f"{params} wrt={wrt}: {v.describe()}"
+
+
+def test_param_grad2_errors():
+    x = np.linspace(-2, 2, 8)
+    with pytest.raises(ValueError, match="no second derivative in parameter 'alpha'"):
+        ma.param_grad2("swish", "alpha", x, x, x)
+    with pytest.raises(ValueError, match="no second derivative"):
+        ma.param_grad2("gelu", "approximate", x, x, x)
+    with pytest.raises(ValueError, match="wrt must be"):
+        ma.param_grad2("swish", "beta", x, x, x, wrt="dy")
+    with pytest.raises(ValueError, match="param_grad2\\('swish', 'beta'\\): dy has shape"):
+        ma.param_grad2("swish", "beta", x, x[:3], x)
+    assert "param_grad2" in ma.__all__
