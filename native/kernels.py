@@ -183,9 +183,11 @@ def x_macro_header() -> str:
     kind = {n: "split" if n in split else "plain" for n in (*UNARY, *BINARY)}
     lines = [f"    MA_UNARY({n}, {kind[n]})" for n in UNARY] + [f"    MA_BINARY({n}, {kind[n]})" for n in BINARY]
     body = " \\\n".join(lines)
-    gated = " \\\n".join(f"    MA_GATED({f}, {b}, {af}, {ab})" for f, b, af, ab in family_bodies())
+    gated = " \\\n".join(f"    MA_GATED({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})"
+                           for f, b, af, ab in family_bodies())
     return (f"/* Generated from native/kernels.py; do not edit. */\n#define MA_KERNEL_LIST \\\n{body}\n"
-            f"/* MA_GATED(forward name, backward name, activation forward body, activation backward body) */\n"
+            "/* MA_GATED(forward name, backward name, activation forward body, activation backward body,\n"
+            " * their kinds) */\n"
             f"#define MA_GATED_LIST \\\n{gated}\n")
 
 

@@ -166,7 +166,7 @@ def exercise(so: str) -> None:
     import multiact as ma
     from multiact import consistency as C
     from multiact import registry
-    from multiact.optable import KEYS
+    from multiact.optable import FAMILY_KEYS, KEYS
 
     mod = _load(so)
     nb = registry.module("native")
@@ -181,6 +181,9 @@ def exercise(so: str) -> None:
         state = nb._load()
         assert state["ok"] and state["lib"] is mod.lib and state["isa"] == isa, state
         for key, direction, dtype in sorted(state["table"]):
+            if key in FAMILY_KEYS:
+                calls += _gated_calls(ma, key, direction, dtype)
+                continue
             spec = KEYS[key]
             for p in C.key_cases(spec, key):
                 if direction == "backward_y" and not spec.supports_y(spec.validate(p)):
@@ -193,6 +196,45 @@ def exercise(so: str) -> None:
                         if x is not None:
                             calls += _calls(ma, spec, direction, p, x, make(dyb), make(np.zeros_like(xb)))
     print(f"{calls} calls on {', '.join(nb._load()['isas'])}")
+
+
+def _gated_calls(ma, key, direction, dtype) -> int:
+    """A gated kernel through ma.glu / ma.glu_grad: halves along the last dim and dim 0, interleaved (the
+    register de-interleave), a strided view (gathered), the two-input form, clipped, in place, sizes
+    around the vector widths and past the pool's threshold."""
+    import numpy as np
+
+    from multiact import consistency as C
+    from multiact.optable import FAMILY_KEYS
+
+    _, spec, act_key = FAMILY_KEYS[key]
+    case = dict(C.key_cases(spec, act_key)[0])
+    kw = {"act": spec.name, "activate": "first", "backend": "native", **case}
+    calls = 0
+    for n in (1, 7, 8, 9, 17, 33, 1031):
+        pool = C.sample_x(spec, spec.validate(case), dtype, n=2 * n)
+        x = np.resize(pool, (3, 2 * n)).astype(dtype)
+        strided = np.resize(pool, (3, 4 * n)).astype(dtype)[:, ::2]
+        for dim, layout, xv in ((-1, "halves", x), (0, "halves", np.resize(pool, (4, n)).astype(dtype)),
+                                (-1, "interleaved", x), (-1, "halves", strided)):
+            y = ma.glu(xv, dim, layout=layout, **kw)
+            if direction == "backward":
+                dy = np.linspace(-2, 2, y.size).reshape(y.shape).astype(dtype)
+                ma.glu_grad(dy, xv, dim, layout=layout, **kw)
+                buf = xv.copy()
+                ma.glu_grad(dy, buf, dim, layout=layout, out=buf, **kw)
+            calls += 1
+        gate, up = x[:, :n].copy(), x[:, n:].copy()
+        if direction == "forward":
+            ma.glu(gate, up=up, **kw)
+            if key == "gated:swish":
+                ma.swiglu(x, alpha=1.702, limit=7.0, layout="interleaved", backend="native")
+        else:
+            ma.glu_grad(gate.copy(), gate, up=up, out=(gate, up), **kw)
+            if key == "gated:swish":
+                ma.swiglu_grad(gate, x, alpha=1.702, limit=7.0, layout="interleaved", backend="native")
+        calls += 1
+    return calls
 
 
 def _calls(ma, spec, direction, p, x, dy, out) -> int:

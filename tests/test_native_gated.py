@@ -421,3 +421,41 @@ def test_threads_give_the_one_thread_bits(dtype):
         for i, (a, b) in enumerate(zip(res, base, strict=True)):
             np.testing.assert_array_equal(a, b, err_msg=f"{k} result {i}")
     check_forward(key, _call_params(key), gate, up, base[0], "threaded")
+
+
+def test_required_layouts_reach_c_without_copies():
+    """Halves along any dim of a C-contiguous array, interleaved along the last dim (and dim 1), two
+    contiguous arrays: one rows x n form addresses all the views (no copy); a transposed input has none."""
+    plane = nb._plane
+    for shape, dim, layout in (((8, 6), -1, "halves"), ((6, 5, 7), 0, "halves"), ((3, 10, 9), 1, "halves"),
+                               ((3, 4, 10), 2, "halves"), ((5, 12), -1, "interleaved"), ((4, 6, 5), 1, "interleaved"),
+                               ((2, 3, 8), -1, "interleaved")):
+        x = np.zeros(shape, np.float32)
+        g, u = G.split(x, dim % x.ndim, layout)
+        dx = np.zeros_like(x)
+        dg, du = G.split(dx, dim % x.ndim, layout)
+        dy = np.zeros(g.shape, np.float32)
+        assert plane((g, u, dy)) is not None, (shape, dim, layout)
+        assert plane((dy, g, u, dg, du)) is not None, (shape, dim, layout)
+    a, b = np.zeros((3, 4, 5), np.float16), np.zeros((3, 4, 5), np.float16)
+    assert plane((a, b, a)) == (1, 60, [0, 0, 0], [1, 1, 1])
+    x = np.zeros((4, 6, 14), np.float32).transpose(1, 0, 2)
+    assert plane((x[..., :7], x[..., 7:], np.zeros((6, 4, 7), np.float32))) is None
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_forward_with_streaming_stores(dtype):
+    """Above the cache size the contiguous forward stores around the caches (ISAs that have it): the same
+    bits as small calls, at any alignment of the output."""
+    n = (8 << 20) // np.dtype(dtype).itemsize + 37
+    rng = np.random.default_rng(12)
+    g = (rng.standard_normal(n + 8) * 4).astype(dtype)
+    u = rng.standard_normal(n + 8).astype(dtype)
+    for og, oy in ((0, 0), (1, 3)):
+        gg, uu = g[og : og + n], u[og : og + n]
+        y = np.empty(n + 8, dtype)[oy : oy + n]
+        ma.swiglu(gg, up=uu, out=y, backend="native")
+        step = 1 << 16
+        want = np.concatenate([ma.swiglu(gg[i : i + step], up=uu[i : i + step], backend="native")
+                               for i in range(0, n, step)])
+        np.testing.assert_array_equal(y, want)
