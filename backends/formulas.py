@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 import multiact.reference as _ref
-from multiact.optable import FAMILY_KEYS, KEYS, OPS
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS
 
 # CUDA computes these (op, direction) in float64 for float16/float32 data and rounds once: with
 # libdevice's float32 error bounds (expf/tanhf 2 ulp) their float32 versions come too close to the
@@ -622,12 +622,57 @@ def gated_backward(dy, gate, up, a, b, limit, shift):
     return (ZERO if gate > lim else dg), (ZERO if abs(up) > lim else du)
 
 
+# bias_act:<act>: z = x * s + b (hb, hs: whether b and s are given, so that a missing one neither adds +0 nor
+# multiplies by 1); y = clip(act(z) * gain, -clamp, clamp); the backward's e = dy * gain is 0 where
+# |act(z) * gain| > clamp.  gain and clamp arrive as float64 and are used in T (rounded once, as the
+# reference's T(gain)); clamp = inf clips nothing and the backward then skips the second act().
+
+
+@_family
+def bias_act_z(x, bv, sv, hb, hs):
+    z = x * sv if hs else x
+    return z + bv if hb else z
+
+
+@_family
+def bias_act_forward(x, bv, sv, a, b, hb, hs, gain, clamp):
+    y = act(bias_act_z(x, bv, sv, hb, hs), a, b) * T(gain)
+    c = T(clamp)
+    y = c if y > c else y
+    return -c if y < -c else y
+
+
+@_family
+def bias_act_backward(dy, x, bv, sv, a, b, hb, hs, gain, clamp):
+    """(dx, dz): dz = act_grad(dy * gain, z), with dy * gain = 0 where the forward clips; dx = dz * s."""
+    z = bias_act_z(x, bv, sv, hb, hs)
+    g = T(gain)
+    e = dy * g
+    if clamp != math.inf and abs(act(z, a, b) * g) > T(clamp):
+        e = ZERO
+    dz = act_grad(e, z, a, b)
+    return (dz * sv if hs else dz), dz
+
+
+@_helper
+def linear_identity(x, a, b):
+    """bias_act's linear activation (not an op of the table, so not in TABLE)."""
+    return x
+
+
+@_helper
+def linear_identity_grad(dy, x, a, b):
+    return dy
+
+
 def family_formulas(key: str) -> tuple[str, str] | None:
     """(forward formula, backward formula) of the activation behind a composite kernel key ('gated:silu'), or
     None when formulas.py lacks either (an activation registered without formulas) or the family's templates."""
-    entry = FAMILY_KEYS.get(key)
+    entry = FAMILY_KEYS.get(key) or BIAS_ACT_KEYS.get(key)
     if entry is None or not all(f"{entry[0].name}_{d}" in _FAMILY for d in ("forward", "backward")):
         return None  # not a composite key, or a family without templates here
+    if entry[0].name == "bias_act" and entry[2] == "linear":
+        return "linear_identity", "linear_identity_grad"
     fwd, bwd = TABLE.get((entry[2], "forward")), TABLE.get((entry[2], "backward"))
     return (fwd, bwd) if fwd and bwd else None
 
@@ -640,6 +685,13 @@ def family_params(key: str, params: dict[str, Any], dtype: str) -> tuple[float, 
     if dtype != "float64" and limit != math.inf:
         limit = float(np.float32(limit))
     return a, b, limit, float(params.get("shift", 0.0))
+
+
+def bias_params(key: str, params: dict[str, Any], dtype: str) -> tuple[float, float, float, float]:
+    """(a, b, gain, clamp) for a bias_act kernel: the activation's scalars rounded to float32 below float64
+    (as scalar_params), gain and clamp as given (the formulas round them to T; clamp = inf for none)."""
+    a, b = scalar_params(BIAS_ACT_KEYS[key][2], params, dtype)
+    return a, b, float(params.get("gain", 1.0)), float(params.get("clamp", math.inf))
 
 
 # ---- compiling ----------------------------------------------------------------------------------------------------
@@ -716,7 +768,7 @@ def build_family(jit: Callable[[FunctionType], Any], t: Any, ns: SimpleNamespace
     g.update(vars(ns))
     g.update(act=getattr(ns, fwd), act_grad=getattr(ns, bwd))
     fam = key.split(":", 1)[0]
-    done = _clone_all(_FAMILY, g, jit)
+    done = _clone_all({n: f for n, f in _FAMILY.items() if n.startswith(fam + "_")}, g, jit)
     return SimpleNamespace(forward=done[f"{fam}_forward"], backward=done[f"{fam}_backward"])
 
 
@@ -737,5 +789,5 @@ def scalar_params(op: str, params: dict[str, Any], dtype: str) -> tuple[float, f
     return vals[0], vals[1]
 
 
-__all__ = ["PARAMS", "TABLE", "WIDE", "build", "build_family", "constants", "family_formulas", "family_params",
-           "formula_name", "libm", "math_libm", "numpy_libm", "python", "scalar_params"]
+__all__ = ["PARAMS", "TABLE", "WIDE", "bias_params", "build", "build_family", "constants", "family_formulas",
+           "family_params", "formula_name", "libm", "math_libm", "numpy_libm", "python", "scalar_params"]

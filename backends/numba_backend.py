@@ -49,7 +49,7 @@ import numpy as np
 
 from multiact._config import get_num_threads
 from multiact._layout import flat_views
-from multiact.optable import FAMILY_KEYS
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS
 
 NAME = "numba"
 PRIORITY = 20
@@ -129,6 +129,8 @@ def supports(key: str, direction: str, dtype: str) -> bool:
         return False
     if key in FAMILY_KEYS:
         return direction in _GATED_ARITY and formulas.family_formulas(key) is not None
+    if key in BIAS_ACT_KEYS:
+        return direction in _BIAS_ARITY and formulas.family_formulas(key) is not None
     return (key, direction) in formulas.TABLE
 
 
@@ -143,6 +145,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     wd = "float64" if dtype == "float64" else "float32"
     if key in FAMILY_KEYS:
         return _gated_kernel(key, direction, dtype, wd)
+    if key in BIAS_ACT_KEYS:
+        return _bias_kernel(key, direction, dtype, wd)
 
     if direction == "forward":
 
@@ -668,7 +672,12 @@ def _gated_loops(key: tuple[str, str, str]) -> _LoopPair:
     jit = _jit_inline()
     fam = formulas.build_family(jit, np.dtype(dtype).type, _formulas(dtype), fam_key)
     tag = f"{fam_key.replace(':', '_')}_{direction}_{dtype}"
-    return _LoopPair(getattr(fam, direction), _GATED_ARITY[direction], tag)
+    if fam_key in BIAS_ACT_KEYS:
+        # no FMA contraction ("_exact" keeps the tag off float32's fastmath): z = x * s + b rounds twice, as
+        # the reference's z, whose last bit the suite's slack measures relative to z, not to x * s
+        tag += "_exact"
+    arity = (_BIAS_ARITY if fam_key in BIAS_ACT_KEYS else _GATED_ARITY)[direction]
+    return _LoopPair(getattr(fam, direction), arity, tag)
 
 
 def _jit_inline():
@@ -797,3 +806,205 @@ def _run_gated(key: tuple[str, str, str], ins: tuple, outs: tuple, params: tuple
         for chunk in it:
             m = chunk[0].shape[0]
             _gated_call(pair, chunk, 1, m, [(0, 1)] * nops, params, parallel)
+
+
+# ---- the bias_act family: x seen as (outer, C, inner), b and scale per channel or of x's shape ---------------
+#
+# One serial loop per (kernel key, direction, compute type), of one signature whatever the layout: every operand
+# is a flat writable 1-D base array (see `_base`), an offset and three element strides (outer, channel, inner);
+# a per-channel b or scale has outer and inner strides 0, a missing one is a one-element dummy (flags hb, hs say
+# which are given).  The loop runs over a range of (outer, channel) rows, so that the parallel loop can split
+# the grid into tiles of about _PAR_BLOCK elements and call the serial loop on each; the backward's per-channel
+# sums of dz and dz * x are float64 row sums added into a (2, C) array, one per outer tile in the parallel loop
+# (race-free), summed in a fixed order at the end.  float16 goes through float32 pieces of at most _BLOCK
+# elements.  Each element's inputs are read before its results are written: in place is safe.
+
+_BIAS_ARITY = {"forward": "bias_act_forward", "backward": "bias_act_backward"}
+_BIAS_OPS = {"bias_act_forward": 4, "bias_act_backward": 7}  # x, b, s, out | dy, x, b, s, dx, db, ds
+_BIAS_MAX_TILES = 64  # outer tiles of a parallel backward with sums: each holds a (2, C) float64 partial
+
+
+def _bias_args(k: int) -> str:
+    return "".join(f"b{i}, f{i}, p{i}, q{i}, r{i}, " for i in range(k))
+
+
+def _bias_serial_source(fn: str) -> str:
+    nops = _BIAS_OPS[fn]
+    fwd = fn == "bias_act_forward"
+    lines = [f"def {{name}}({_bias_args(nops)}olo, ohi, clo, chi, n, hb, hs, hdb, hds, want, sums, a, b, gain, clamp):",
+             "    for o in range(olo, ohi):", "        for c in range(clo, chi):"]
+    lines += [f"            k{i} = f{i} + o * p{i} + c * q{i}" for i in range(nops)]
+    if fwd:
+        lines += ["            for j in range(n):",
+                  "                b3[k3 + j * r3] = {g}(b0[k0 + j * r0], b1[k1 + j * r1], b2[k2 + j * r2], "
+                  "a, b, hb, hs, gain, clamp)"]
+        return "\n".join(lines) + "\n"
+    lines += [
+        # one loop (each inlined copy of the formula costs compile time): the sums are cheap beside it
+        "            acc0 = 0.0",
+        "            acc1 = 0.0",
+        "            for j in range(n):",
+        "                xv = b1[k1 + j * r1]",
+        "                dx, dz = {g}(b0[k0 + j * r0], xv, b2[k2 + j * r2], b3[k3 + j * r3], a, b, hb, hs, gain, "
+        "clamp)",
+        "                b4[k4 + j * r4] = dx",
+        "                if hdb:",
+        "                    b5[k5 + j * r5] = dz",
+        "                if hds:",
+        "                    b6[k6 + j * r6] = dz * xv",
+        "                acc0 += np.float64(dz)",
+        "                acc1 += np.float64(dz) * np.float64(xv)",
+        "            if want:",
+        "                sums[0, c] += acc0",
+        "                sums[1, c] += acc1",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _bias_parallel_source(fn: str) -> str:
+    args = _bias_args(_BIAS_OPS[fn])
+    return (
+        f"def {{name}}({args}olo, ohi, clo, chi, n, hb, hs, hdb, hds, want, sums, a, b, gain, clamp, to, tc):\n"
+        "    no = (ohi - olo + to - 1) // to\n"
+        "    nc = (chi - clo + tc - 1) // tc\n"
+        "    for t in prange(no * nc):\n"
+        "        i = t // nc\n"
+        "        oo = olo + i * to\n"
+        "        cc = clo + (t - i * nc) * tc\n"
+        f"        {{g}}({args}oo, min(oo + to, ohi), cc, min(cc + tc, chi), n, hb, hs, hdb, hds, want, "
+        "sums[i], a, b, gain, clamp)\n"
+    )
+
+
+_GATED_TEMPLATES.update({fn: _bias_serial_source(fn) for fn in _BIAS_OPS})
+_GATED_PARALLEL.update({fn: _bias_parallel_source(fn) for fn in _BIAS_OPS})
+
+
+def _bias_kernel(key: str, direction: str, dtype: str, wd: str) -> Callable:
+    from . import formulas
+
+    def forward(x3, b, s, out3, p):
+        _run_bias((key, direction, wd), (x3, b, s, out3), formulas.bias_params(key, p, dtype), False, False)
+
+    def backward(dy3, x3, b, s, dx3, db_full, ds_full, p):
+        want = bool(p["sum_db"] or p["sum_dscale"])
+        return _run_bias((key, direction, wd), (dy3, x3, b, s, dx3, db_full, ds_full),
+                         formulas.bias_params(key, p, dtype), want, True)
+
+    run = forward if direction == "forward" else backward
+    run.__name__ = f"numba_{key.replace(':', '_')}_{direction}_{dtype}"
+    return run
+
+
+def _bias_signature(nops: int, wdt, parallel: bool) -> tuple:
+    from numba import float64, from_dtype, int64, types
+
+    arr = types.Array(from_dtype(np.dtype(wdt)), 1, "C")
+    sums = types.Array(float64, 3 if parallel else 2, "C")
+    return ((arr, int64, int64, int64, int64) * nops + (int64,) * 10 + (sums, float64, float64, float64, float64)
+            + ((int64, int64) if parallel else ()))
+
+
+def _bias_compile(pair: _LoopPair, nops: int, wdt, parallel: bool) -> None:
+    for par in (False, True) if parallel else (False,):
+        if (par, wdt) in pair._blocks:
+            continue
+        loop = pair.loop(par)
+        try:
+            loop.compile(_bias_signature(nops, wdt, par))
+        except BaseException:
+            pair._forget(par, loop)
+            raise
+        pair._blocks.add((par, wdt))
+
+
+def _bias_operand(a: np.ndarray | None, wdt) -> tuple:
+    """(base, offset, outer, channel and inner strides in elements) of a (outer, C, inner) array, a (C,) one
+    (outer and inner strides 0), or None (a one-element dummy)."""
+    if a is None:
+        return (np.zeros(1, wdt), 0, 0, 0, 0)
+    base, off = _base(a)
+    st = [s // a.itemsize for s in a.strides]
+    return (base, off, 0, st[0], 0) if a.ndim == 1 else (base, off, *st)
+
+
+def _bias_aligned(a: np.ndarray | None) -> bool:
+    return a is None or all(s % a.itemsize == 0 for s in a.strides) and a.ctypes.data % a.itemsize == 0
+
+
+def _bias_tiles(outer: int, c: int, inner: int, sums: bool) -> tuple[int, int]:
+    """(outer rows, channels) per tile of about _PAR_BLOCK elements; at most _BIAS_MAX_TILES outer tiles when
+    each holds a partial sum."""
+    tc = c if c * inner <= _PAR_BLOCK else max(1, _PAR_BLOCK // max(inner, 1))
+    to = max(1, _PAR_BLOCK // (tc * max(inner, 1)))
+    if sums:
+        to = max(to, -(-outer // _BIAS_MAX_TILES))
+    return to, tc
+
+
+def _bias_call(pair: _LoopPair, arrays: tuple, flags: tuple[int, ...], params, want: bool, bwd: bool,
+               parallel: bool) -> np.ndarray | None:
+    """One call of the loops on arrays of the compute dtype; the (2, C) float64 sums when want."""
+    lead = arrays[1] if bwd else arrays[0]
+    outer, c, inner = lead.shape
+    wdt = lead.dtype.type
+    args: list = []
+    for a in arrays:
+        args += _bias_operand(a, wdt)
+    if parallel and outer * c * inner >= _PAR_MIN:
+        with _pool_turn() as turn:
+            if turn:
+                to, tc = _bias_tiles(outer, c, inner, want)
+                # one (2, C) partial per outer tile; without sums the loops never index it (width 1)
+                part = np.zeros((-(-outer // to), 2, c if want else 1))
+                pair.call(True, *args, 0, outer, 0, c, inner, *flags, part, *params, to, tc)
+                return part.sum(axis=0) if want else None
+    sums = np.zeros((2, c if want else 1))
+    pair.call(False, *args, 0, outer, 0, c, inner, *flags, sums, *params)
+    return sums if want else None
+
+
+def _run_bias(key: tuple[str, str, str], arrays: tuple, p4: tuple[float, ...], want: bool,
+              bwd: bool) -> np.ndarray | None:
+    """The bias_act loop over (outer, C, inner) arrays (b, s: (C,), 3-D or None; db_full, ds_full: 3-D or
+    None); nothing is written unless the loops compile."""
+    lead = arrays[1] if bwd else arrays[0]
+    outer, c, inner = lead.shape
+    if lead.size == 0:
+        return np.zeros((2, c)) if want else None
+    ib, is_ = (2, 3) if bwd else (1, 2)
+    flags = [int(arrays[ib] is not None), int(arrays[is_] is not None)]
+    flags += [int(arrays[5] is not None), int(arrays[6] is not None), int(want)] if bwd else [0, 0, 0]
+    pair = _gated_loops(key)
+    wdt = np.float64 if lead.dtype == np.float64 else np.float32
+    parallel = lead.size >= _PAR_MIN and _threads() > 1
+    _bias_compile(pair, len(arrays), wdt, parallel)
+    if lead.dtype != np.float16 and all(_bias_aligned(a) for a in arrays):
+        return _bias_call(pair, arrays, tuple(flags), p4, want, bwd, parallel)
+    # float16 (or misaligned views): float32 (compute-dtype) pieces of at most _BLOCK elements
+    total = np.zeros((2, c)) if want else None
+    ti = min(inner, _BLOCK)
+    tc = min(c, max(1, _BLOCK // ti))
+    to = max(1, _BLOCK // (tc * ti))
+    nin = 4 if bwd else 3
+    for o0 in range(0, outer, to):
+        for c0 in range(0, c, tc):
+            for i0 in range(0, inner, ti):
+                sl = (slice(o0, o0 + to), slice(c0, c0 + tc), slice(i0, i0 + ti))
+                piece = []
+                for k, a in enumerate(arrays):
+                    if a is None:
+                        piece.append(None)
+                    elif a.ndim == 1:
+                        piece.append(np.ascontiguousarray(a[sl[1]], wdt))
+                    elif k < nin:
+                        piece.append(np.ascontiguousarray(a[sl], wdt))
+                    else:
+                        piece.append(np.empty(a[sl].shape, wdt))
+                got = _bias_call(pair, tuple(piece), tuple(flags), p4, want, bwd, False)
+                for k in range(nin, len(arrays)):
+                    if arrays[k] is not None:
+                        arrays[k][sl] = piece[k]
+                if want:
+                    total[:, c0:c0 + tc] += got
+    return total
