@@ -35,7 +35,7 @@ from torch import nn
 
 import multiact as _multiact
 
-from . import dispatch, gated
+from . import dispatch, fused_bias_act, gated
 from ._opdefs import COMPOSITES, GATED, CompositeDef
 from .optable import OPS, REQUIRED, OpSpec
 
@@ -919,3 +919,212 @@ MODULES.update(GATED_MODULES)
 globals().update(GATED_FUNCTIONS)
 globals().update({cls.__name__: cls for cls in GATED_MODULES.values()})
 __all__ += sorted(GATED_FUNCTIONS) + sorted(cls.__name__ for cls in GATED_MODULES.values())
+
+
+# ---- fused bias + activation: torch.ops.multiact.bias_act / bias_act_grad, mt.bias_act, mt.BiasAct --------
+
+
+class _BiasActSet:
+    """bias_act(x, b, scale, <definition's parameters>) -> y and bias_act_grad(dy, x, b, scale, ...) ->
+    [dx, db (with b), dscale (with scale)]."""
+
+    def __init__(self):
+        self.cdef = fused_bias_act.DEFN
+        self.names = self.cdef.param_names
+        tail = _composite_args(self.cdef)
+        T = _Arg
+        sides = [T("b", "Tensor?"), T("scale", "Tensor?")]
+        self.fwd = _define("bias_act", [T("x", "Tensor"), *sides, *tail], "Tensor", self._forward,
+                           self._fake_forward)
+        self.grad = _define("bias_act_grad", [T("dy", "Tensor"), T("x", "Tensor"), *sides, *tail], "Tensor[]",
+                            self._backward, self._fake_backward)
+        self.fwd.register_autograd(self._fwd_backward, setup_context=self._setup)
+        self.grad.register_autograd(self._refuse, setup_context=self._setup_none)
+
+    def _given(self, vals):
+        k = len(self.names)
+        return dict(zip(self.names, vals[:k], strict=True)), _decode(vals[k]), vals[-1]
+
+    def args(self, given: dict, extra: dict, backend) -> tuple:
+        return (*(given[n] for n in self.names), _encode(extra), backend)
+
+    def _forward(self, x, b, scale, *vals):
+        given, extra, backend = self._given(vals)
+        y = fused_bias_act.forward(x, b, scale, given, extra, None, backend)
+        return _layout(_as_result(y, x), x)
+
+    def _backward(self, dy, x, b, scale, *vals):
+        given, extra, backend = self._given(vals)
+        got = fused_bias_act.backward(dy, x, b, scale, given, extra, None, backend)
+        got = got if isinstance(got, tuple) else (got,)
+        res = [_layout(_as_result(got[0], x), x)]
+        for like, g in zip((b, scale), (got[1:] + (None,) * 2)[:2], strict=True):
+            if like is not None:
+                res.append(_layout(_as_result(g, like), like))
+        return res
+
+    def _check(self, vals):
+        given, extra, backend = self._given(vals)
+        fn = fused_bias_act.label("forward")
+        dispatch._check_backend(fn, backend)
+        fused_bias_act.resolve(given, extra, fn)
+
+    def _fake_forward(self, x, b, scale, *vals):
+        self._check(vals)
+        return torch.empty_like(x)
+
+    def _fake_backward(self, dy, x, b, scale, *vals):
+        self._check(vals)
+        return [torch.empty_like(a) for a in (x, b, scale) if a is not None]
+
+    def _setup(self, ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:3])
+        ctx.vals = inputs[3:]
+
+    def _setup_none(self, ctx, inputs, output):
+        pass
+
+    def _fwd_backward(self, ctx, g):
+        x, b, scale = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        res: list[Any] = [None] * (3 + len(ctx.vals))
+        if any(need[:3]):
+            got = iter(self.grad(g, x, b, scale, *ctx.vals))
+            res[0] = next(got)
+            for i, a in ((1, b), (2, scale)):
+                if a is not None:
+                    res[i] = next(got)
+            res[:3] = [r if n else None for r, n in zip(res[:3], need[:3], strict=True)]
+        return tuple(res)
+
+    def _refuse(self, ctx, *grads):
+        raise _second_order_error("multiact.bias_act_grad (double backward through bias_act)",
+                                  "its second derivative is not built yet")
+
+
+BIAS_ACT_SET = _BiasActSet()
+
+
+def bias_act(x: torch.Tensor, b: torch.Tensor | None = None, act: str = "linear", *, dim: int = 1,
+             scale: torch.Tensor | None = None, gain: float = 1.0, clamp: float | None = None,
+             backend: str | None = None, **act_params: Any) -> torch.Tensor:
+    fn = "multiact.torch.bias_act()"
+    for name, a in (("x", x), ("b", b), ("scale", scale)):
+        if not (isinstance(a, torch.Tensor) or (a is None and name != "x")):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor{'' if name == 'x' else ' or None'}, "
+                            f"got {type(a).__name__}")
+    given = {"act": act, "dim": dim, "gain": _float(gain), "clamp": None if clamp is None else _float(clamp)}
+    return BIAS_ACT_SET.fwd(x, b, scale, *BIAS_ACT_SET.args(given, act_params, backend))
+
+
+bias_act.__doc__ = (f"{fused_bias_act.DEFN.summary} Differentiable: the backward runs multiact.bias_act_grad "
+                    f"(dx, db, dscale in one pass).\n\n    {fused_bias_act.DEFN.formula}\n\n"
+                    "b, scale: None, one value per channel (x.shape[dim],) or x's shape; parameters as "
+                    "multiact.bias_act's; backend= runs forward and backward on that backend only.")
+
+
+class BiasAct(nn.Module):
+    """Fused bias (learned, one per channel along dim) + activation + gain + clamp; scale=True adds a
+    learned per-channel scale (initialised to 1) applied before the bias."""
+
+    def __init__(self, channels: int, act: str = "linear", dim: int = 1, gain: float = 1.0,
+                 clamp: float | None = None, scale: bool = False, *, backend: str | None = None,
+                 device: Any = None, dtype: Any = None, **act_params: Any) -> None:
+        super().__init__()
+        if channels < 1:
+            raise ValueError(f"BiasAct(): channels must be >= 1, got {channels}")
+        fused_bias_act.resolve({"act": act, "dim": dim, "gain": gain, "clamp": clamp}, act_params, "BiasAct()")
+        self.channels, self.act, self.dim, self.gain, self.clamp = channels, act, dim, float(gain), clamp
+        self.act_params, self.backend = dict(act_params), backend
+        self.bias = nn.Parameter(torch.zeros(channels, device=device, dtype=dtype))
+        self.scale = nn.Parameter(torch.ones(channels, device=device, dtype=dtype)) if scale else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return bias_act(x, self.bias, self.act, dim=self.dim, scale=self.scale, gain=self.gain, clamp=self.clamp,
+                        backend=self.backend, **self.act_params)
+
+    def extra_repr(self) -> str:
+        parts = [f"{self.channels}", f"act={self.act!r}", f"dim={self.dim}"]
+        if self.gain != 1.0:
+            parts.append(f"gain={self.gain:g}")
+        if self.clamp is not None:
+            parts.append(f"clamp={self.clamp:g}")
+        if self.scale is not None:
+            parts.append("scale=True")
+        parts += [f"{k}={v!r}" for k, v in self.act_params.items()]
+        return ", ".join(parts)
+
+
+bias_act.__module__ = __name__
+FUNCTIONS["bias_act"] = bias_act
+MODULES["bias_act"] = BiasAct
+__all__ += ["BiasAct", "bias_act"]
+
+
+# ---- samples for torch.library.opcheck (tests/test_torch_compile.py, scripts/opcheck_all.py) --------------
+
+
+def opcheck_samples(dtype: torch.dtype, *, every_case: bool = False) -> list[tuple[str, Any, tuple]]:
+    """(name, op, args) for every registered custom op: inputs that require grad where the op's backward
+    exists (so opcheck's autograd checks run it), the definitions' parameter cases (the first of each, or
+    all with every_case=True)."""
+    from . import consistency
+
+    gen = torch.Generator().manual_seed(0)
+
+    def t(*shape, grad=True, lo=-3.0, hi=3.0):
+        a = (torch.rand(*shape, generator=gen, dtype=torch.float64) * (hi - lo) + lo).to(dtype)
+        return a.requires_grad_(grad)
+
+    out: list[tuple[str, Any, tuple]] = []
+    for key, s in SETS.items():
+        spec = s.spec
+        cases = consistency.param_cases(spec)
+        for case in cases if every_case else cases[:1]:
+            p = {**spec.defaults(), **case}
+            if s.learn == "weight":
+                w = consistency.prelu_weight(np.zeros((3, 4)), p["weight"])
+                p["weight"] = torch.tensor(w, dtype=dtype, requires_grad=True)
+            elif s.learn is not None:
+                p[s.learn] = torch.tensor(float(p[s.learn]), dtype=dtype, requires_grad=True)
+            args = s.args(p, None)
+            x, dy = t(3, 4), t(3, 4)
+            out += [(key, s.fwd, (x, *args)), (f"{key}_", s.fwd_, (t(3, 4, grad=False), *args)),
+                    (f"{key}_grad", s.grad, (dy, x, *args))]
+            if s.grad_y is not None and spec.supports_y(spec.validate({k: v for k, v in p.items()
+                                                                        if k != s.learn} | ({} if s.learn is None else
+                                                                        {s.learn: case.get(s.learn, 1.0)}))):
+                with torch.no_grad():
+                    y = s.fwd(x, *args)
+                y.requires_grad_(spec.defn.y_form == "same")  # an own y-form has no derivative in y
+                out.append((f"{key}_grad_y", s.grad_y, (dy, y, *args)))
+            if s.pgrad is not None:
+                tensor_learn = s.learn is not None
+                out.append((s.pgrad._name, s.pgrad, (t(3, 4, grad=tensor_learn), t(3, 4, grad=tensor_learn),
+                                                     *args)))
+            if s.grad2 is not None:
+                plain = [a.detach() if isinstance(a, torch.Tensor) else a for a in args]
+                out.append((f"{key}_grad2", s.grad2, (t(3, 4, grad=False), t(3, 4, grad=False),
+                                                      t(3, 4, grad=False), *plain)))
+    for name, g in GATED_SETS.items():
+        for case in (({},) + tuple(g.cdef.cases)) if every_case else ({},):
+            own = {k: v for k, v in case.items() if k in g.names}
+            extra = {k: v for k, v in case.items() if k not in g.names}
+            given = {**{p.name: p.default for p in g.cdef.params}, **own}
+            args = g.args(given, extra, None)
+            x = t(3, 8)
+            y = g.fwd(x.detach(), *args)
+            out += [(name, g.fwd, (x, *args)), (f"{name}_grad", g.grad, (t(*y.shape), x, *args))]
+            if given.get("layout", "halves") == "halves" and given["dim"] == -1:
+                out += [(f"{name}_up", g.fwd_up, (t(3, 4), t(3, 4), *args)),
+                        (f"{name}_up_grad", g.grad_up, (t(3, 4), t(3, 4), t(3, 4), *args))]
+    ba = BIAS_ACT_SET
+    for case in (({},) + tuple(ba.cdef.cases)) if every_case else ({},):
+        own = {k: v for k, v in case.items() if k in ba.names}
+        extra = {k: v for k, v in case.items() if k not in ba.names}
+        args = ba.args({**{p.name: p.default for p in ba.cdef.params}, **own}, extra, None)
+        x, b, sc = t(2, 3, 4), t(3), t(3, lo=0.5, hi=2.0)
+        out += [("bias_act", ba.fwd, (x, b, sc, *args)), ("bias_act", ba.fwd, (x, None, None, *args)),
+                ("bias_act_grad", ba.grad, (t(2, 3, 4, grad=False), t(2, 3, 4, grad=False), t(3, grad=False),
+                                            t(3, grad=False), *args))]
+    return out
