@@ -24,7 +24,7 @@ import numpy as np
 from multiact import get_num_threads
 from multiact._layout import flat_views
 from multiact._opdefs import GATED
-from multiact.optable import FAMILY_KEYS, KEYS, OPS, value_key
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS, value_key
 
 DTYPES = ("float16", "float32")
 _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the cache without bound
@@ -50,6 +50,8 @@ def session_options(threads: int) -> Any:
 def supports(key: str, direction: str, dtype: str) -> bool:
     if key in FAMILY_KEYS:  # gated:<act>: forward and backward graphs of every activation
         return is_gated(key) and dtype in DTYPES and direction in ("forward", "backward")
+    if key in BIAS_ACT_KEYS:  # bias_act:<act>: the same, on (outer, C, inner) arrays
+        return dtype in DTYPES and direction in ("forward", "backward")
     spec = KEYS.get(key)
     if spec is None or dtype not in DTYPES:
         return False
@@ -149,10 +151,13 @@ class Runner:
             return e
         if params is None:
             params = dict(zip((q.name for q in OPS[op].scalar_params), key, strict=True))
-        from multiact.onnx_export import gated_kernel_onnx, to_onnx
+        from multiact.onnx_export import bias_act_kernel_onnx, gated_kernel_onnx, to_onnx
 
         if is_gated(op):
             model = gated_kernel_onnx(op, direction, dtype, params)
+        elif op in BIAS_ACT_KEYS:
+            params = dict(params)
+            model = bias_act_kernel_onnx(op, direction, dtype, params, params.pop("forms"))
         else:
             spec = OPS[op]
             grad: bool | str = spec.param_grad[0] if direction == "param_grad" else _DIRECTION_GRAD[direction]
@@ -174,6 +179,8 @@ class Runner:
     def kernel(self, key: str, direction: str, dtype: str) -> Callable:
         if is_gated(key):
             return self._gated_kernel(key, direction, dtype)
+        if key in BIAS_ACT_KEYS:
+            return self._bias_kernel(key, direction, dtype)
         op = KEYS[key].name  # one graph per op: a variant's parameter is one of its parameters
         if op == "prelu":
             return self._prelu_kernel(direction, dtype)
@@ -227,6 +234,59 @@ class Runner:
                 np.copyto(o, t.reshape(o.shape))
 
         return run
+
+    def _bias_kernel(self, key: str, direction: str, dtype: str) -> Callable:
+        """bias_act:<act>: forward (x3, b, s, out3, p), backward (dy3, x3, b, s, dx3, db_full, ds_full, p) ->
+        None or the (2, C) float64 sums; one session per form of b and scale (per channel, full, absent)."""
+        _, act, _ = BIAS_ACT_KEYS[key]
+        names = tuple(q.name for q in act.scalar_params) + ("gain", "clamp")
+        entry = self.entry
+
+        def form(a: np.ndarray | None) -> str | None:
+            return None if a is None else ("c" if a.ndim == 1 else "f")
+
+        def side(a: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(a).reshape(-1, 1) if a.ndim == 1 else np.ascontiguousarray(a)
+
+        def session(p: dict, forms: tuple) -> _Entry:
+            vals = tuple([p[n] for n in names])
+            return entry(key, direction, dtype, (*vals, *forms), {**dict(zip(names, vals, strict=True)),
+                                                                  "forms": forms})
+
+        if direction == "forward":
+
+            def forward(x3, b, s, out3, p) -> None:
+                if out3.size == 0:
+                    return
+                e = session(p, (form(b), form(s), False, False))
+                ins = [np.ascontiguousarray(x3)] + [side(a) for a in (b, s) if a is not None]
+                if out3.flags.c_contiguous:  # one output, written last: in place is safe
+                    e.run_into(ins, [out3])
+                    return
+                tmp = np.empty(out3.shape, out3.dtype)
+                e.run_into(ins, [tmp])
+                np.copyto(out3, tmp)
+
+            return forward
+
+        def backward(dy3, x3, b, s, dx3, db_full, ds_full, p):
+            c = x3.shape[1]
+            want = (bool(p["sum_db"]), bool(p["sum_dscale"]))
+            if x3.size == 0:
+                return np.zeros((2, c)) if any(want) else None
+            e = session(p, (form(b), form(s), *want))
+            ins = [np.ascontiguousarray(a) for a in (dy3, x3)] + [side(a) for a in (b, s) if a is not None]
+            outs = [o for o in (dx3, db_full, ds_full) if o is not None]
+            direct = all(o.flags.c_contiguous for o in outs) and not _aliased(ins, outs)
+            bound = outs if direct else [np.empty(o.shape, o.dtype) for o in outs]
+            sums = np.zeros((2, c))
+            e.run_into(ins, bound + [sums[k] for k in (0, 1) if want[k]])
+            if not direct:
+                for o, t in zip(outs, bound, strict=True):
+                    np.copyto(o, t)
+            return sums if any(want) else None
+
+        return backward
 
     def _prelu_kernel(self, direction: str, dtype: str) -> Callable:
         entry = self.entry

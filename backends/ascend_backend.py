@@ -10,6 +10,8 @@
 - The gated family's kernels (gated:<act>, two inputs; the backward writes two outputs) run on both
   paths: the ONNX Runtime backends' graphs for NumPy arrays; for tensors, the activation's torch
   function on the clipped gate times the clipped up, backward through autograd.
+- The bias_act family's kernels (bias_act:<act>) run on the ONNX Runtime path only: ma.bias_act takes
+  host arrays (NumPy, CPU tensors) for now.
 
 Detection does not trust `get_available_providers()` (onnxruntime-cann lists CANN with no NPU):
 it looks for the CANN runtime (libascendcl.so) and the driver tool (npu-smi), then creates a
@@ -29,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from multiact.optable import FAMILY_KEYS, KEYS, OPS
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS
 
 from ._ort_sessions import Runner, is_gated
 from ._ort_sessions import supports as _ort_supports
@@ -166,6 +168,8 @@ def _is_torch(a: Any) -> bool:
 
 def kernel(key: str, direction: str, dtype: str) -> Callable:
     ort_kernel = _runner.kernel(key, direction, dtype)
+    if key in BIAS_ACT_KEYS:  # bias_act runs on host arrays (ma.bias_act refuses NPU tensors): the ORT path
+        return ort_kernel
     torch_kernel = _torch_gated_kernel(key, direction) if is_gated(key) else _torch_kernel(KEYS[key].name, direction)
 
     def run(*args: Any) -> Any:

@@ -501,12 +501,18 @@ def to_onnx(op: str, *, dtype: str = "float32", grad: bool | str = False, from_o
     split along `dim` inside the graph (halves or interleaved; an odd x.shape[dim] fails in the
     session), and give `y` (half of x along dim); `grad=True` takes `dy` (y's shape) and `x` and gives
     `dx` (x's shape, both halves).
+
+    `to_onnx("bias_act", act=..., dim=1, gain=1.0, clamp=None, ndim=4, scale=False, **act_params)`: inputs
+    `x`, `b` (x.shape[dim],) and with scale=True `scale`; grad=True takes `dy` first and gives `dx`, `db`
+    (and `dscale`), summed in float64.
     """
     import onnx
     from onnx import helper
 
     from ._opdefs import COMPOSITE_DEFINITIONS
 
+    if op == "bias_act":
+        return _bias_act_to_onnx(dtype, grad, from_output, params)
     if isinstance(op, str) and op in COMPOSITE_DEFINITIONS:
         return _gated_to_onnx(COMPOSITE_DEFINITIONS[op], dtype, grad, from_output, params)
     spec = _spec(op)
@@ -730,3 +736,186 @@ def _gated_to_onnx(cdef: Any, dtype: str, grad: Any, from_output: bool, params: 
     return _gated_model(g, f"multiact_{cdef.name}_{what}", dtype, inputs, outputs,
                         f"multiact {cdef.name}({settings}) [{call.key}, {p}] {what}, {dtype}; x split along dim "
                         f"{dim} ({call.layout}); {SWIGLU_NOTE}")
+
+
+# ---- bias_act: z = x * scale + b in the compute precision, the activation's graph on z in float64 ---------
+# z rounds as every bias_act kernel holds it (float32 below float64: Mul and Add of float32 tensors); the
+# activation's own graph (_fwd / _bwd) then runs on z in float64, times gain, clipped (Where, so NaN passes),
+# rounded once.  The backward's per-channel db and dscale are float64 ReduceSums over every axis but the
+# channel's; a full-shape b or scale gets dz, dz * x elementwise.
+
+_BIAS_CT = "float64"
+
+
+def _bias_act_z(g: _Graph, x: str, b: str | None, s: str | None) -> str:
+    """z in float32 (x, b, s are float32 graph values), as float64."""
+    z = x if s is None else g.op("Mul", x, s)
+    z = z if b is None else g.op("Add", z, b)
+    return g.op("Cast", z, to=_elem(_BIAS_CT))
+
+
+def _bias_act_y(g: _Graph, act: str, p: dict, z: str) -> str:
+    """act(z) * gain (float64), not yet clipped."""
+    y = z if act == "linear" else _fwd(g, act, z, p, None)
+    return y if p["gain"] == 1.0 else g.mul(y, p["gain"])
+
+
+def _bias_act_fwd(g: _Graph, act: str, p: dict, z: str) -> str:
+    y = _bias_act_y(g, act, p, z)
+    c = p["clamp"]
+    if c == math.inf:
+        return y
+    return g.where(g.gt(y, c), c, g.where(g.lt(y, -c), -c, y))
+
+
+def _bias_act_dz(g: _Graph, act: str, p: dict, dy: str, z: str) -> str:
+    """dz = act_backward(dy * gain, z), with dy * gain = 0 where |act(z) * gain| > clamp (float64)."""
+    e = dy if p["gain"] == 1.0 else g.mul(dy, p["gain"])
+    if p["clamp"] != math.inf:
+        e = g.where(g.gt(g.abs(_bias_act_y(g, act, p, z)), p["clamp"]), 0.0, e)
+    return e if act == "linear" else _bwd(g, act, e, z, p, None)
+
+
+def _bias_act_params(act_p: dict, gain: float, clamp: float) -> dict:
+    """The activation's parameters with gain and clamp, floats rounded to float32 (as the kernels decide)."""
+    return _gated_params({**act_p, "gain": float(gain), "clamp": float(clamp)})
+
+
+def _bias_model(g: _Graph, name: str, inputs: list, outputs: list[tuple[str, str, Any, Any]], doc: str):
+    """A bias_act model: each (graph value, output name, shape, element type) cast once to its type."""
+    import onnx
+    from onnx import helper
+
+    for value, out_name, _, elem in outputs:
+        g.nodes.append(helper.make_node("Cast", [value], [out_name], to=elem))
+    graph = helper.make_graph(g.nodes, name, inputs,
+                              [helper.make_tensor_value_info(n, e, shape) for _, n, shape, e in outputs], g.inits,
+                              doc_string=doc)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="multiact")
+    model.ir_version = IR_VERSION
+    onnx.checker.check_model(model)
+    return model
+
+
+def _to32(g: _Graph, v: str, dtype: str) -> str:
+    return v if dtype == "float32" else g.op("Cast", v, to=_elem("float32"))
+
+
+def bias_act_kernel_onnx(key: str, direction: str, dtype: str, kp: dict, forms: tuple):
+    """The `bias_act:<act key>` kernel of the ONNX Runtime backends on (outer, C, inner) arrays: inputs `x`
+    (backward: `dy`, `x`), then `b` and `scale` where given, as (C, 1) per channel ("c") or (O, C, I) ("f");
+    outputs `y` (backward: `dx`, then `db`, `dscale` for a full-shape b / scale, then the float64 (C,)
+    sums `db_sum`, `ds_sum` when asked).  forms = (b form, scale form, sum_db, sum_dscale), a form None
+    where absent; kp: the activation's validated parameters, gain and clamp."""
+    from onnx import helper
+
+    from .optable import BIAS_ACT_KEYS
+
+    if dtype not in DTYPES:
+        raise ValueError(f"bias_act_kernel_onnx(): dtype must be one of {DTYPES}, got {dtype!r}")
+    _, act, _ = BIAS_ACT_KEYS[key]
+    bf, sf, sum_db, sum_ds = forms
+    p = _bias_act_params({k: v for k, v in kp.items() if k not in ("gain", "clamp", "sum_db", "sum_dscale")},
+                         kp["gain"], kp["clamp"])
+    g = _Graph(_BIAS_CT)
+    elem = _elem(dtype)
+    full = ["O", "C", "I"]
+    shapes = {"c": ["C", 1], "f": full}
+    names = (["dy"] if direction == "backward" else []) + ["x"]
+    inputs = [helper.make_tensor_value_info(n, elem, full) for n in names]
+    for n, form in (("b", bf), ("scale", sf)):
+        if form is not None:
+            names.append(n)
+            inputs.append(helper.make_tensor_value_info(n, elem, shapes[form]))
+    v32 = {n: _to32(g, n, dtype) for n in names if n != "dy"}
+    z = _bias_act_z(g, v32["x"], v32.get("b"), v32.get("scale"))
+    if direction == "forward":
+        outputs = [(_bias_act_fwd(g, act.name, p, z), "y", full, elem)]
+    else:
+        f64 = _elem(_BIAS_CT)
+        dz = _bias_act_dz(g, act.name, p, g.op("Cast", "dy", to=f64), z)
+        x64 = g.op("Cast", "x", to=f64)
+        s64 = None if sf is None else g.op("Cast", "scale", to=f64)
+        outputs = [(dz if s64 is None else g.mul(dz, s64), "dx", full, elem)]
+        dzx = g.mul(dz, x64) if sf is not None else None
+        if bf == "f":
+            outputs.append((dz, "db", full, elem))
+        if sf == "f":
+            outputs.append((dzx, "dscale", full, elem))
+        axes = g.ints(0, 2)
+        if sum_db:
+            outputs.append((g.op("ReduceSum", dz, axes, keepdims=0), "db_sum", ["C"], f64))
+        if sum_ds:
+            outputs.append((g.op("ReduceSum", dzx, axes, keepdims=0), "ds_sum", ["C"], f64))
+    settings = ", ".join(f"{k}={val!r}" for k, val in p.items())
+    return _bias_model(g, f"multiact_{key.replace(':', '_')}_{direction}", inputs, outputs,
+                       f"multiact {key}({settings}; b={bf}, scale={sf}) {direction}, {dtype}")
+
+
+def _bias_act_to_onnx(dtype: str, grad: Any, from_output: bool, params: dict):
+    """to_onnx("bias_act", act=..., dim=..., gain=..., clamp=..., ndim=..., scale=False, **act_params): inputs
+    `x` (ndim dynamic dims), `b` (x.shape[dim],) and with scale=True `scale` (the same); output `y`.  With
+    grad=True: inputs `dy`, `x`, `b`[, `scale`]; outputs `dx`, `db` (summed over every axis but dim, in float64,
+    then x's dtype)[, `dscale`]."""
+    from onnx import helper
+
+    from . import fused_bias_act as B
+
+    fn = "to_onnx()"
+    if dtype not in DTYPES:
+        raise ValueError(f"{fn}: dtype must be one of {DTYPES}, got {dtype!r}")
+    if grad not in (False, True) or from_output:
+        raise ValueError(f"{fn}: bias_act exports its forward or, with grad=True, (dx, db[, dscale]) from (dy, x, "
+                         "b[, scale]); it has no parameter gradient and no backward from the output")
+    params = dict(params)
+    ndim = params.pop("ndim", 4)
+    with_scale = params.pop("scale", False)
+    if isinstance(ndim, bool) or not isinstance(ndim, int | np.integer) or ndim < 1:
+        raise ValueError(f"{fn}: ndim (the rank of x) must be an int >= 1, got {ndim!r}")
+    if not isinstance(with_scale, bool):
+        raise ValueError(f"{fn}: scale must be True or False (whether the model takes a scale input), "
+                         f"got {with_scale!r}")
+    ndim = int(ndim)
+    own = {k: v for k, v in params.items() if k in B.DEFN.param_names}
+    extra = {k: v for k, v in params.items() if k not in B.DEFN.param_names}
+    call = B.resolve(own, extra, fn)
+    if not -ndim <= call.dim < ndim:
+        raise ValueError(f"{fn}: dim {call.dim} is out of range for x with {ndim} dims (ndim={ndim})")
+    B._check_precision(call, np.dtype(dtype), fn)
+    axis = call.dim % ndim
+    p = _bias_act_params(call.act_p, call.kp["gain"], call.kp["clamp"])
+    g = _Graph(_BIAS_CT)
+    elem, f64 = _elem(dtype), _elem(_BIAS_CT)
+    x_shape = [("C" if i == axis else f"d{i}") for i in range(ndim)]
+    sides = ["b"] + (["scale"] if with_scale else [])
+    names = (["dy"] if grad else []) + ["x"]
+    inputs = [helper.make_tensor_value_info(n, elem, x_shape) for n in names]
+    inputs += [helper.make_tensor_value_info(n, elem, ["C"]) for n in sides]
+    tail = tuple(range(1, ndim - axis))  # (C,) -> (C, 1, ..., 1): broadcast along dim
+
+    def along(v: str) -> str:
+        return g.op("Unsqueeze", v, g.ints(*tail)) if tail else v
+
+    v32 = {n: _to32(g, n, dtype) for n in ("x", *sides)}
+    b32 = along(v32["b"])
+    s32 = along(v32["scale"]) if with_scale else None
+    z = _bias_act_z(g, v32["x"], b32, s32)
+    if grad:
+        dz = _bias_act_dz(g, call.act.name, p, g.op("Cast", "dy", to=f64), z)
+        s64 = None if s32 is None else g.op("Cast", s32, to=f64)
+        outputs = [(dz if s64 is None else g.mul(dz, s64), "dx", x_shape, elem)]
+        others = [i for i in range(ndim) if i != axis]
+
+        def total(v: str) -> str:  # 1-D x: one channel per element, nothing to sum
+            return g.op("ReduceSum", v, g.ints(*others), keepdims=0) if others else v
+
+        outputs.append((total(dz), "db", ["C"], elem))
+        if with_scale:
+            outputs.append((total(g.mul(dz, g.op("Cast", "x", to=f64))), "dscale", ["C"], elem))
+    else:
+        outputs = [(_bias_act_fwd(g, call.act.name, p, z), "y", x_shape, elem)]
+    what = "backward" if grad else "forward"
+    settings = ", ".join(f"{k}={v!r}" for k, v in {**own, **extra, "ndim": ndim, "scale": with_scale}.items())
+    return _bias_model(g, f"multiact_bias_act_{what}", inputs, outputs,
+                       f"multiact bias_act({settings}) [{call.key}, {p}] {what}, {dtype}; b (and scale) along dim "
+                       f"{call.dim}")
