@@ -340,3 +340,183 @@ def _gated_backward_chunk(fn: str, state: tuple, two: bool, backend: str | None,
 def _xp(a: Any) -> Any:
     """The array module of a device block (CuPy), for stacking the pair."""
     return sys.modules[type(a).__module__.split(".")[0]]
+
+
+# ---- bias_act ---------------------------------------------------------------------------------------------
+# x blockwise; a per-channel b / scale is chunked like x along dim (an array of x's shape like x).  The
+# backward runs one pass per chunk, which returns dx, its float64 partial sums of dz and dz * x (one row per
+# chunk, so Dask sums them across chunks in float64, rounded at the end), and dz / dz * x for full-shape ones.
+
+
+def _bias_side(fn: str, name: str, a: Any, x: da.Array, dim: int | None) -> tuple[da.Array, bool] | None:
+    """(b or scale as a Dask array chunked along x, whether it is one value per channel); None if not given."""
+    if a is None:
+        return None
+    ad = _dask(a)
+    if ad.dtype != x.dtype:
+        raise TypeError(f"{fn}: {name} has dtype {ad.dtype} but x has {x.dtype}; they must match")
+    if ad.shape == x.shape and x.ndim != 1:
+        return ad.rechunk(x.chunks), False
+    if ad.ndim == 1 and ad.shape[0] == x.shape[dim]:
+        return ad.rechunk((x.chunks[dim],)), True
+    raise ValueError(f"{fn}: {name} has shape {ad.shape}; expected ({x.shape[dim]},) to run along dim {dim} "
+                     f"of x, or x's shape {x.shape}")
+
+
+def _bias_prepare(fn: str, call: Any, x: Any, b: Any, scale: Any, dy: Any = None):
+    from . import fused_bias_act as B
+
+    dispatch.same_given_dtype(fn, {"x": x, "b": b, "scale": scale, "dy": dy})
+    xd = _dask(x)
+    _check(fn.split("(")[0], {"x": xd} if dy is None else {"x": xd, "dy": _dask(dy)})
+    if any(math.isnan(n) for n in xd.shape):
+        raise ValueError(f"{fn}: x has unknown chunk sizes (NaN); x.compute_chunk_sizes() first")
+    dim = None if b is None and scale is None else B._axis(fn, tuple(xd.shape), call.dim)
+    sides = (_bias_side(fn, "b", b, xd, dim), _bias_side(fn, "scale", scale, xd, dim))
+    B._check_precision(call, xd.dtype, fn)
+    return xd, dim, sides
+
+
+def _bias_blockwise_args(xd: da.Array, dim: int | None, sides) -> tuple[list, tuple[bool, ...]]:
+    ind = tuple(range(xd.ndim))
+    args: list = []
+    given = []
+    for side in sides:
+        given.append(side is not None)
+        if side is not None:
+            arr, per_channel = side
+            args += [arr, (dim,) if per_channel else ind]
+    return args, tuple(given)
+
+
+def _bias_unpack(given: tuple[bool, ...], rest: tuple) -> tuple[Any, Any]:
+    it = iter(rest)
+    return tuple(next(it) if g else None for g in given)
+
+
+def call_bias_act(call: Any, x: Any, b: Any, scale: Any, out: Any, backend: str | None) -> da.Array:
+    """The lazy y of ma.bias_act on Dask arrays (`call`: the checked fused_bias_act.BiasActCall)."""
+    from . import fused_bias_act as B
+
+    fn = B.label("forward")
+    _no_out(fn, out)
+    if backend is not None:
+        registry.check_name(backend)
+    xd, dim, sides = _bias_prepare(fn, call, x, b, scale)
+    args, given = _bias_blockwise_args(xd, dim, sides)
+    ind = tuple(range(xd.ndim))
+    chunk = functools.partial(_bias_forward_chunk, _bias_state(call), given, backend, registry.preference_key())
+    return da.blockwise(chunk, ind, xd, ind, *args, dtype=xd.dtype, meta=xd._meta, token="multiact-bias_act",
+                        align_arrays=False)
+
+
+def call_bias_act_grad(call: Any, dy: Any, x: Any, b: Any, scale: Any, out: Any, backend: str | None) -> Any:
+    """The lazy backward: dx, (dx, db) or (dx, db, dscale) as ma.bias_act_grad returns them."""
+    import operator
+
+    from . import fused_bias_act as B
+
+    fn = B.label("backward")
+    _no_out(fn, out)
+    if backend is not None:
+        registry.check_name(backend)
+    xd, dim, sides = _bias_prepare(fn, call, x, b, scale, dy)
+    dyd = _dask(dy).rechunk(xd.chunks)
+    args, given = _bias_blockwise_args(xd, dim, sides)
+    ind = tuple(range(xd.ndim))
+    chunk = functools.partial(_bias_backward_chunk, _bias_state(call), given, backend, registry.preference_key())
+    # one task per chunk returning a tuple; the results are lazy views of it
+    parts = da.blockwise(chunk, ind, dyd, ind, xd, ind, *args, dtype=object, meta=np.empty((0,) * xd.ndim, object),
+                         token="multiact-bias_act-grad", align_arrays=False)
+    dx = parts.map_blocks(operator.itemgetter(0), dtype=xd.dtype, meta=xd._meta)
+    if not any(given):
+        return dx
+    results = [dx]
+    for k, side in enumerate(sides):
+        if side is None:
+            results.append(None)
+            continue
+        _, per_channel = side
+        if not per_channel:  # dz or dz * x elementwise, x's chunks
+            results.append(parts.map_blocks(operator.itemgetter(3 + k), dtype=xd.dtype, meta=xd._meta))
+            continue
+        chunks = tuple(c if i == dim else (1,) * len(c) for i, c in enumerate(xd.chunks))
+        partial = parts.map_blocks(operator.itemgetter(1 + k), dtype=np.float64, chunks=chunks,
+                                   meta=np.empty((0,) * xd.ndim))
+        total = partial.sum(axis=tuple(i for i in ind if i != dim), dtype=np.float64)
+        results.append(total.map_blocks(B._rounded_sum, xd.dtype, dtype=xd.dtype, meta=np.empty((0,), xd.dtype)))
+    if sides[1] is None:
+        results.pop()
+    return tuple(results)
+
+
+def _bias_state(call: Any) -> tuple:
+    return (call.act.name, dict(call.act_p), dict(call.kp), call.dim)
+
+
+def _bias_rebuild(state: tuple) -> Any:
+    from . import fused_bias_act as B
+    from .optable import LINEAR
+
+    act, act_p, kp, dim = state
+    return B.BiasActCall(LINEAR if act == LINEAR.name else OPS[act], act_p, kp, dim)
+
+
+def _bias_block_views(call: Any, x: np.ndarray, b: Any, s: Any):
+    from . import fused_bias_act as B
+
+    dim = None if b is None and s is None else call.dim % x.ndim
+    o, c, i = B._three(x.shape, dim)
+    b3, s3 = B._per_channel(b, s, x, o, c, i)
+    return dim, (o, c, i), b3, s3
+
+
+def _bias_forward_chunk(state: tuple, given: tuple, backend: str | None, prefs: tuple, x: Any, *rest: Any) -> Any:
+    """One chunk of the forward: the kernel path of a plain call."""
+    from . import fused_bias_act as B
+
+    call = _bias_rebuild(state)
+    b, s = _bias_unpack(given, rest)
+    with _preferences(prefs):
+        if dispatch._kind(x) != "numpy":  # device chunks (CuPy): the plain call for that kind
+            return B.forward(x, b, s, {"act": call.act.name, "dim": call.dim, "gain": call.kp["gain"],
+                                       "clamp": _clamp(call)}, dict(call.act_p), None, backend)
+        xa = np.asarray(x)
+        _, (o, c, i), b3, s3 = _bias_block_views(call, xa, b, s)
+        mod, kernel = registry.resolve(call.key, "forward", xa.dtype.name, "numpy", backend)
+        res = np.empty_like(xa)
+        dispatch._run(mod, kernel, B._Label("", call), "forward", xa.dtype.name,
+                      (xa.reshape(o, c, i), b3, s3, res.reshape(o, c, i)), call.kp)
+        return res
+
+
+def _clamp(call: Any) -> float | None:
+    return None if call.kp["clamp"] == math.inf else call.kp["clamp"]
+
+
+def _bias_backward_chunk(state: tuple, given: tuple, backend: str | None, prefs: tuple, dy: Any, x: Any,
+                         *rest: Any) -> tuple:
+    """One chunk of the backward: (dx, db partial, dscale partial, db full, dscale full), the partials float64
+    sums shaped (1, .., C_block, .., 1), Nones where not asked."""
+    from . import fused_bias_act as B
+
+    call = _bias_rebuild(state)
+    b, s = _bias_unpack(given, rest)
+    with _preferences(prefs):
+        xa, dya = np.asarray(x), np.asarray(dy)
+        dim, (o, c, i), b3, s3 = _bias_block_views(call, xa, b, s)
+        full_b = b is not None and not B._channelwise(b, xa)
+        full_s = s is not None and not B._channelwise(s, xa)
+        want = (b is not None and not full_b, s is not None and not full_s)
+        mod, kernel = registry.resolve(call.key, "backward", xa.dtype.name, "numpy", backend)
+        dx = np.empty_like(xa)
+        db_full = np.empty_like(xa) if full_b else None
+        ds_full = np.empty_like(xa) if full_s else None
+        kp = {**call.kp, "sum_db": want[0], "sum_dscale": want[1]}
+        sums = dispatch._run(mod, kernel, B._Label("", call), "backward", xa.dtype.name,
+                             (dya.reshape(o, c, i), xa.reshape(o, c, i), b3, s3, dx.reshape(o, c, i),
+                              None if db_full is None else db_full.reshape(o, c, i),
+                              None if ds_full is None else ds_full.reshape(o, c, i)), kp)
+        shape = tuple(n if k == dim else 1 for k, n in enumerate(xa.shape))
+        parts = [None if not w else np.asarray(sums[k], np.float64).reshape(shape) for k, w in enumerate(want)]
+        return dx, parts[0], parts[1], db_full, ds_full

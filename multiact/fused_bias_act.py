@@ -179,7 +179,10 @@ def forward(x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, 
     fn = label("forward")
     dispatch._check_backend(fn, backend)
     call = resolve(given, extra, fn)
-    _refuse(fn, x, b, scale, out)
+    if _refuse(fn, x, b, scale, out) == "dask":
+        from . import dask_arrays
+
+        return dask_arrays.call_bias_act(call, x, b, scale, out, backend)
     xa, dim, ba, sa = _prepare(fn, call, x, b, scale)
     _check_precision(call, xa.dtype, fn)
     mod, kernel = registry.resolve(call.key, "forward", xa.dtype.name, "numpy", backend)
@@ -217,7 +220,10 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
     fn = label("backward")
     dispatch._check_backend(fn, backend)
     call = resolve(given, extra, fn)
-    _refuse(fn, dy, x, b, scale, out)
+    if _refuse(fn, dy, x, b, scale, *(out if isinstance(out, (tuple, list)) else (out,))) == "dask":
+        from . import dask_arrays
+
+        return dask_arrays.call_bias_act_grad(call, dy, x, b, scale, out, backend)
     xa, dim, ba, sa = _prepare(fn, call, x, b, scale, dy)
     dya = _arrays.as_host_array(dy, f"{fn}: dy")
     if dya.dtype != xa.dtype:
@@ -299,14 +305,19 @@ def _out_tuple(fn: str, out: Any, ba: Any, sa: Any) -> tuple | None:
     return tuple(out)
 
 
-def _refuse(fn: str, *arrays: Any) -> None:
+def _refuse(fn: str, *arrays: Any) -> str:
+    """"dask" where any array is a Dask array (the lazy route: host arrays beside it join it), else
+    "numpy" for host arrays; TypeError for masked arrays and other kinds."""
     masked = sys.modules.get("numpy.ma")
     if masked is not None and any(isinstance(a, masked.MaskedArray) for a in arrays):
         raise TypeError(f"{fn}: masked arrays are not supported; pass np.ma.getdata(x)")
     kinds = {_arrays.kind_of(a) for a in arrays if a is not None}
+    if "dask" in kinds:
+        return "dask"
     if kinds - {"numpy", "torch", "other"}:
         raise TypeError(f"{fn}: runs on host arrays (NumPy, torch CPU tensors) for now, got "
                         f"{', '.join(sorted(kinds - {'numpy', 'torch', 'other'}))} arrays")
+    return "numpy"
 
 
 class _Label:
