@@ -546,15 +546,18 @@ def bias_act_failures(backend: str | None, params: dict[str, Any], dtype: Any, t
 def _bias_act_reference(call: Any, dtype: np.dtype, x: np.ndarray, b: np.ndarray | None, s: np.ndarray | None,
                         dy: np.ndarray) -> dict[str, np.ndarray]:
     """The float64 composition on z as kernels hold it: x * scale + b rounded to the compute precision
-    (float32 below float64); `slack_*`: the effect of z's last bit (a kernel may fuse x * scale + b into
-    one rounding), measured on the reference itself; `bound_dz`: dz's elementwise bound, for the sums."""
+    (float32 below float64); `slack_*`: the effect of z's last bit, or of x * scale's where a kernel fuses
+    x * scale + b into one rounding (FMA), measured on the reference itself; `bound_dz`: dz's elementwise
+    bound, for the sums."""
     compute = np.float64 if dtype == np.float64 else np.float32
     eps = float(np.finfo(compute).eps)
     act, p, gain, clamp = call.act, call.act_p, call.kp["gain"], call.kp["clamp"]
     with np.errstate(all="ignore"):
         xc = x.astype(compute)
-        z = xc if s is None else xc * s.astype(compute)
-        z = (z if b is None else z + b.astype(compute)).astype(np.float64)
+        xs = xc if s is None else xc * s.astype(compute)
+        z = (xs if b is None else xs + b.astype(compute)).astype(np.float64)
+        # z's error: its own last bit, or x * scale's where a kernel fuses x * scale + b (FMA) and b cancels it
+        z_err = 2 * eps * (np.abs(z) + np.abs(xs.astype(np.float64)))
         d = dy.astype(np.float64)
 
         def fwd(zz):
@@ -571,8 +574,8 @@ def _bias_act_reference(call: Any, dtype: np.dtype, x: np.ndarray, b: np.ndarray
         def wiggle(f):
             base = f(z)
             out = np.zeros_like(base)
-            for k in (-2, 2):
-                out = np.maximum(out, np.abs(f(z * (1 + k * eps)) - base))
+            for k in (-1, 1):
+                out = np.maximum(out, np.abs(f(z + k * z_err) - base))
             return np.where(np.isfinite(out), out, 0.0)
 
         dz = bwd(z)
