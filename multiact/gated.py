@@ -175,9 +175,9 @@ def _same(fn: str, xa: Any, ua: Any, names: tuple[str, str] = ("x", "up")) -> No
                          "they must match")
 
 
-def _check_form(fn: str, cdef: CompositeDef, given: Mapping[str, Any], up: Any) -> None:
+def _check_form(fn: str, given: Mapping[str, Any], up: Any) -> None:
     if up is not None and (given.get("layout", "halves") != "halves" or given.get("dim", -1) != -1):
-        raise ValueError(f"{fn}: with up= (the two-input form) x is the gate and up multiplies it: dim and "
+        raise ValueError(f"{fn}: with up= (the two-input form) x and up are the two halves already: dim and "
                          "layout apply to the one-input form only")
 
 
@@ -187,19 +187,15 @@ def _out_array(fn: str, out: Any) -> np.ndarray:
     return _arrays.as_host_array(out, f"{fn}: out", writeable=True)
 
 
-def _kind(fn: str, arrays: dict[str, Any]) -> str:
-    return dispatch._same_kind(fn, arrays)
-
-
 def forward(cdef: CompositeDef, x: Any, up: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
             backend: str | None) -> Any:
     """y = act(gate) * up: half of x along dim (one-input form), or x's shape (two-input form)."""
     fn = label(cdef, "forward")
     dispatch._check_backend(fn, backend)
-    _check_form(fn, cdef, given, up)
+    _check_form(fn, given, up)
     call = resolve(cdef, given, extra, fn)
     _refuse_masked(fn, x, up, out)
-    kind = _kind(fn, {"x": x, "up": up, "out": out})
+    kind = dispatch._same_kind(fn, {"x": x, "up": up, "out": out})
     if kind == "dask":
         from . import dask_arrays
 
@@ -228,11 +224,11 @@ def backward(cdef: CompositeDef, dy: Any, x: Any, up: Any, given: dict[str, Any]
     """dx (x's shape: both halves written in one pass), or (dgate, dup) for the two-input form."""
     fn = label(cdef, "backward")
     dispatch._check_backend(fn, backend)
-    _check_form(fn, cdef, given, up)
+    _check_form(fn, given, up)
     call = resolve(cdef, given, extra, fn)
     outs = _out_pair(fn, out, up)
     _refuse_masked(fn, dy, x, up, *outs)
-    kind = _kind(fn, {"dy": dy, "x": x, "up": up, **{f"out[{i}]": o for i, o in enumerate(outs)}})
+    kind = dispatch._same_kind(fn, {"dy": dy, "x": x, "up": up, **{f"out[{i}]": o for i, o in enumerate(outs)}})
     if kind == "dask":
         from . import dask_arrays
 
