@@ -167,9 +167,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="swiglu and relu/leaky_relu only, float32")
     ap.add_argument("--json")
     ap.add_argument("--only", choices=("gated", "bias_act"), default=None)
+    ap.add_argument("--backends", help="comma-separated multiact backends to time (default: every host backend)")
     args = ap.parse_args(argv)
     torch, _ = _torch()
-    backends, _ = host_backends()
+    backends, _ = host_backends(args.backends.split(",") if args.backends else None)
     cpu = sysinfo.cpu()
     print("# CPU:", cpu["summary"], "| load average", cpu.get("load_average"))
     rows = []
