@@ -717,7 +717,7 @@ class _GatedSet:
         dispatch._check_backend(fn, backend)
         call = gated.resolve(self.cdef, given, extra, fn)
         if up is not None:
-            gated._check_form(fn, self.cdef, given, up)
+            gated._check_form(fn, given, up)
         return call, fn
 
     def _fake_forward(self, x, *vals):
