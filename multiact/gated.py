@@ -295,13 +295,17 @@ class _Label:
         self.name = f"{fn.split('(')[0]} ({call.key})"
 
 
-def _forward_device(fn, call, kind, x, up, out, backend):
+def _device_views(fn: str, call: GatedCall, x: Any, up: Any) -> tuple[Any, Any, int | None]:
+    """(gate, up, dim) of a device call: x's halves along dim, or the two arrays (dim None)."""
     dispatch._check_device(fn, {"x": x} if up is None else {"x": x, "up": up}, None)
-    if up is None:
-        dim = _axis(fn, tuple(x.shape), call.dim, call.layout)
-        gate, upv = _pair(call, *split(x, dim, call.layout))
-    else:
-        gate, upv = _pair(call, x, up)
+    if up is not None:
+        return (*_pair(call, x, up), None)
+    dim = _axis(fn, tuple(x.shape), call.dim, call.layout)
+    return (*_pair(call, *split(x, dim, call.layout)), dim)
+
+
+def _forward_device(fn, call, kind, x, up, out, backend):
+    gate, upv, _ = _device_views(fn, call, x, up)
     dtype = dispatch._dtype_name(x)
     _check_precision(call, x.dtype, fn)
     mod, kernel = registry.resolve(call.key, "forward", dtype, kind, backend)
@@ -317,12 +321,7 @@ def _forward_device(fn, call, kind, x, up, out, backend):
 
 
 def _backward_device(fn, call, kind, dy, x, up, out, backend):
-    dispatch._check_device(fn, {"x": x} if up is None else {"x": x, "up": up}, None)
-    if up is None:
-        dim = _axis(fn, tuple(x.shape), call.dim, call.layout)
-        gate, upv = _pair(call, *split(x, dim, call.layout))
-    else:
-        gate, upv = _pair(call, x, up)
+    gate, upv, dim = _device_views(fn, call, x, up)
     dispatch._check_device(fn, {"the result": gate, "dy": dy}, None)
     dtype = dispatch._dtype_name(x)
     _check_precision(call, x.dtype, fn)
