@@ -43,6 +43,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from multiact._layout import coalesce
 from multiact.optable import DIRECTIONS as _DIRECTIONS
 from multiact.optable import FAMILY_KEYS as _FAMILY_KEYS
 from multiact.optable import KEYS as _KEYS
@@ -403,19 +404,7 @@ def _coalesce(
     shape: tuple[int, ...], strides: list[tuple[int, ...]], lead: int = -1
 ) -> tuple[list[int], list[list[int]]]:
     """Drop unit dims, order by operand `lead`'s strides (out's), merge dims contiguous in every operand."""
-    dims = [i for i, n in enumerate(shape) if n != 1]
-    dims.sort(key=lambda i: -abs(strides[lead][i]))
-    shp = [shape[i] for i in dims]
-    sts = [[s[i] for i in dims] for s in strides]
-    k = len(shp) - 1
-    while k > 0:
-        if all(st[k - 1] == st[k] * shp[k] for st in sts):
-            shp[k - 1] *= shp[k]
-            del shp[k]
-            for st in sts:
-                st[k - 1] = st[k]
-                del st[k]
-        k -= 1
+    shp, sts = coalesce(shape, strides, lead)
     if not shp:
         shp, sts = [1], [[1] for _ in sts]
     return shp, sts

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from multiact._config import get_num_threads
-from multiact._layout import flat_views
+from multiact._layout import coalesce, flat_views
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS
 
 NAME = "numba"
@@ -738,19 +738,7 @@ def _grid2(arrays: tuple[np.ndarray, ...], lead: int) -> tuple[int, int, list[tu
     shape = arrays[0].shape
     item = arrays[0].itemsize
     strides = [[s // item for s in a.strides] for a in arrays]
-    dims = [i for i, n in enumerate(shape) if n != 1]
-    dims.sort(key=lambda i: -abs(strides[lead][i]))
-    shp = [shape[i] for i in dims]
-    sts = [[st[i] for i in dims] for st in strides]
-    k = len(shp) - 1
-    while k > 0:
-        if all(st[k - 1] == st[k] * shp[k] for st in sts):
-            shp[k - 1] *= shp[k]
-            del shp[k]
-            for st in sts:
-                st[k - 1] = st[k]
-                del st[k]
-        k -= 1
+    shp, sts = coalesce(shape, strides, lead)
     if len(shp) > 2:
         return None
     shp = [1] * (2 - len(shp)) + shp

@@ -15,3 +15,23 @@ def flat_views(*arrays: np.ndarray) -> tuple[np.ndarray, ...] | None:
     if all(a.flags.f_contiguous for a in arrays):
         return tuple(a.reshape(-1, order="F") for a in arrays)
     return None
+
+
+def coalesce(shape: tuple[int, ...], strides: list, lead: int = -1) -> tuple[list[int], list[list[int]]]:
+    """(shape, per-operand strides) with unit dims dropped, dims ordered by operand `lead`'s strides, and
+    neighbouring dims merged where every operand's strides allow: the fewest loops that visit the
+    operands' elements (strides in any unit, one list per operand)."""
+    dims = [i for i, n in enumerate(shape) if n != 1]
+    dims.sort(key=lambda i: -abs(strides[lead][i]))
+    shp = [shape[i] for i in dims]
+    sts = [[s[i] for i in dims] for s in strides]
+    k = len(shp) - 1
+    while k > 0:
+        if all(st[k - 1] == st[k] * shp[k] for st in sts):
+            shp[k - 1] *= shp[k]
+            del shp[k]
+            for st in sts:
+                st[k - 1] = st[k]
+                del st[k]
+        k -= 1
+    return shp, sts
