@@ -1,7 +1,41 @@
-"""Only here because pyproject.toml has no key for cffi_modules."""
+"""Only here because pyproject.toml has no key for cffi_modules, and for a build that uses every core."""
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
 
 _BUILDER = "native/build_native.py"
-setup(cffi_modules=[_BUILDER + ":ffibuilder"] if os.path.exists(_BUILDER) else [])
+
+
+class ParallelBuildExt(build_ext):
+    """Compiles an extension's C sources in parallel (the native kernels are split into one translation
+    unit per ISA and part for this); MULTIACT_BUILD_JOBS sets the number of compilers (default: the CPUs)."""
+
+    def build_extension(self, ext):
+        jobs = int(os.environ.get("MULTIACT_BUILD_JOBS") or os.cpu_count() or 1)
+        compiler = self.compiler
+
+        def compile_parallel(sources, output_dir=None, macros=None, include_dirs=None, debug=0,
+                             extra_preargs=None, extra_postargs=None, depends=None):
+            macros, objects, extra_postargs, pp_opts, build = compiler._setup_compile(
+                output_dir, macros, include_dirs, sources, depends, extra_postargs)
+            cc_args = compiler._get_cc_args(pp_opts, debug, extra_preargs)
+
+            def one(obj):
+                if obj in build:
+                    src, ext_ = build[obj]
+                    compiler._compile(obj, src, ext_, cc_args, extra_postargs, pp_opts)
+
+            with ThreadPoolExecutor(max(1, jobs)) as pool:
+                list(pool.map(one, objects))
+            return objects
+
+        compiler.compile = compile_parallel
+        super().build_extension(ext)
+
+
+setup(
+    cffi_modules=[_BUILDER + ":ffibuilder"] if os.path.exists(_BUILDER) else [],
+    cmdclass={"build_ext": ParallelBuildExt},
+)

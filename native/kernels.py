@@ -173,22 +173,49 @@ def split_kernels(ops_header: str | None = None) -> frozenset[str]:
     return frozenset(split + gates + [g + "_grad" for g in gates])
 
 
+# The extension compiles each ISA's kernels as PARTS translation units (MA_PART = 0 .. PARTS-1), so that
+# the build runs on every core (setup.py compiles the sources in parallel); without MA_PART a unit holds
+# every kernel (the C harness builds it that way).
+PARTS = 4
+
+
+def _parts(entries: list[tuple[str, int]]) -> list[str]:
+    """Each entry wrapped in the MA_P<i> guard of the part it falls to: the heaviest first into the
+    lightest part (weights: a rough compile cost)."""
+    load = [0] * PARTS
+    part = {}
+    for text, weight in sorted(entries, key=lambda e: -e[1]):
+        i = load.index(min(load))
+        part[text] = i
+        load[i] += weight
+    return [f"    MA_P{part[text]}({text})" for text, _ in entries]
+
+
 def x_macro_header() -> str:
     """ma_kernel_list.h: the elementwise kernels for the C side, MA_UNARY(name, kind) /
-    MA_BINARY(name, kind) with kind `split` (has a fast path) or `plain`."""
+    MA_BINARY(name, kind) with kind `split` (has a fast path) or `plain`, and the gated kernels, each in
+    the part (MA_P<i>) of the translation unit that compiles it."""
     split = split_kernels()
     unknown = split - set(UNARY) - set(BINARY)
     if unknown:
         raise ValueError(f"ma_ops.h splits kernels the table lacks: {sorted(unknown)}")
     kind = {n: "split" if n in split else "plain" for n in (*UNARY, *BINARY)}
-    lines = [f"    MA_UNARY({n}, {kind[n]})" for n in UNARY] + [f"    MA_BINARY({n}, {kind[n]})" for n in BINARY]
-    body = " \\\n".join(lines)
-    gated = " \\\n".join(f"    MA_GATED({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})"
-                           for f, b, af, ab in family_bodies())
-    return (f"/* Generated from native/kernels.py; do not edit. */\n#define MA_KERNEL_LIST \\\n{body}\n"
+    entries = [(f"MA_UNARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in UNARY]
+    entries += [(f"MA_BINARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in BINARY]
+    gated = [(f"MA_GATED({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 6 + 3 * (kind[af] == "split"))
+             for f, b, af, ab in family_bodies()]
+    wrapped = _parts(entries + gated)
+    guards = "".join(f"#if !defined(MA_PART) || MA_PART == {i}\n#define MA_P{i}(k) k\n"
+                     f"#else\n#define MA_P{i}(k)\n#endif\n" for i in range(PARTS))
+    body = " \\\n".join(wrapped[:len(entries)])
+    gbody = " \\\n".join(wrapped[len(entries):])
+    return (f"/* Generated from native/kernels.py; do not edit. */\n{guards}"
+            "/* The prelu and swish-beta kernels (not in the lists) go with part 0. */\n"
+            "#if !defined(MA_PART) || MA_PART == 0\n#define MA_PART_FIRST 1\n#else\n#define MA_PART_FIRST 0\n#endif\n"
+            f"#define MA_KERNEL_LIST \\\n{body}\n"
             "/* MA_GATED(forward name, backward name, activation forward body, activation backward body,\n"
             " * their kinds) */\n"
-            f"#define MA_GATED_LIST \\\n{gated}\n")
+            f"#define MA_GATED_LIST \\\n{gbody}\n")
 
 
 _SIGS = {
