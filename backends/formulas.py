@@ -591,7 +591,7 @@ def _family(f: FunctionType) -> FunctionType:
 
 
 _FAMILY: dict[str, FunctionType] = {}
-act = act_grad = Any
+act = act_grad = act_grad_y = Any
 
 
 @_family
@@ -654,6 +654,17 @@ def bias_act_backward(dy, x, bv, sv, a, b, hb, hs, gain, clamp):
     return (dz * sv if hs else dz), dz
 
 
+@_family
+def bias_act_backward_y(dy, y, a, b, gain, clamp):
+    """dz from the forward's output y (fused_bias_act's y= rules, StyleGAN's): the activation's y formula at
+    y / gain, on dy * gain = 0 where |y| >= clamp (clamp as y stores it; inf: nothing clipped)."""
+    g = T(gain)
+    e = dy * g
+    if clamp != math.inf and abs(y) >= T(clamp):
+        e = ZERO
+    return act_grad_y(e, y / g, a, b)
+
+
 @_helper
 def linear_identity(x, a, b):
     """bias_act's linear activation (not an op of the table, so not in TABLE)."""
@@ -675,6 +686,16 @@ def family_formulas(key: str) -> tuple[str, str] | None:
         return "linear_identity", "linear_identity_grad"
     fwd, bwd = TABLE.get((entry[2], "forward")), TABLE.get((entry[2], "backward"))
     return (fwd, bwd) if fwd and bwd else None
+
+
+def family_y_formula(key: str) -> str | None:
+    """The backward_y formula of a bias_act key's activation (linear: its backward), or None without one."""
+    entry = BIAS_ACT_KEYS.get(key)
+    if entry is None or family_formulas(key) is None:
+        return None
+    if entry[2] == "linear":
+        return "linear_identity_grad"
+    return TABLE.get((entry[2], "backward_y"))
 
 
 def family_params(key: str, params: dict[str, Any], dtype: str) -> tuple[float, float, float, float]:
@@ -766,10 +787,12 @@ def build_family(jit: Callable[[FunctionType], Any], t: Any, ns: SimpleNamespace
     g: dict[str, Any] = dict(globals())
     g.update(constants(t))
     g.update(vars(ns))
-    g.update(act=getattr(ns, fwd), act_grad=getattr(ns, bwd))
+    ybwd = family_y_formula(key)  # bias_act's y form: the activation's y formula, where it has one
+    g.update(act=getattr(ns, fwd), act_grad=getattr(ns, bwd), act_grad_y=getattr(ns, ybwd or bwd))
     fam = key.split(":", 1)[0]
     done = _clone_all({n: f for n, f in _FAMILY.items() if n.startswith(fam + "_")}, g, jit)
-    return SimpleNamespace(forward=done[f"{fam}_forward"], backward=done[f"{fam}_backward"])
+    return SimpleNamespace(forward=done[f"{fam}_forward"], backward=done[f"{fam}_backward"],
+                           backward_y=done.get(f"{fam}_backward_y") if ybwd else None)
 
 
 def formula_name(key: str, direction: str, params: dict[str, Any] | None = None) -> str:
@@ -790,4 +813,5 @@ def scalar_params(op: str, params: dict[str, Any], dtype: str) -> tuple[float, f
 
 
 __all__ = ["PARAMS", "TABLE", "WIDE", "bias_params", "build", "build_family", "constants", "family_formulas",
-           "family_params", "formula_name", "libm", "math_libm", "numpy_libm", "python", "scalar_params"]
+           "family_params", "family_y_formula", "formula_name", "libm", "math_libm", "numpy_libm", "python",
+           "scalar_params"]
