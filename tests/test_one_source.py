@@ -32,6 +32,7 @@ ALLOWED = {
     ("multiact/tools/cli.py", "DEMO_OPS"): "the few ops `multiact demo` shows",
     ("multiact/compat.py", "STYLEGAN_ACTS"): "StyleGAN's own activation table (its names, alphas and gains)",
     ("multiact/consistency.py", "bias_act_cases"): "a few activations run in every bias_act form",
+    ("multiact/tools/accuracy.py", "SWEEP_CASES"): "the non-default parameters a dense accuracy sweep covers",
 }
 
 

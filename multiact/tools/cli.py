@@ -66,6 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", metavar="FILE", help="write the full report as JSON to FILE ('-': stdout)")
     check.add_argument("--full", action="store_true", help="one table row per op, case, direction and dtype")
     check.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sweep = check.add_mutually_exclusive_group()
+    sweep.add_argument("--exhaustive", action="store_true",
+                       help="float32 accuracy over all 2^32 inputs (one backend, default native; about an hour per "
+                       "ISA on two cores)")
+    sweep.add_argument("--dense", action="store_true", help="float32 sweep of the non-default parameters (2^24 points)")
+    sweep.add_argument("--subset", action="store_true", help="float32 sweep of every 4096th input (the CI subset)")
+    check.add_argument("--isa", help="with a sweep: the native ISA (scalar, avx2, neon)")
+    check.add_argument("--stride", type=int, help="with a sweep: every Nth bit pattern")
+    check.add_argument("--workers", type=int, help="with a sweep: processes (default: the CPUs)")
     check.set_defaults(func=cmd_check)
 
     bench = sub.add_parser("bench", help="time backends and peers side by side")
@@ -116,6 +125,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     stream = sys.stderr if args.json == "-" else sys.stdout
     bar = None if args.no_progress else (lambda it, n: progress(it, n, "multiact check"))
+    if args.exhaustive or args.dense or args.subset:
+        from . import accuracy
+
+        return accuracy.command(args, progress=bar)
     report = selfcheck.run(_many(args.backend), _many(args.op), _many(args.dtype), progress=bar)
     print(render_check(report, full=args.full), file=stream)
     if args.json:
