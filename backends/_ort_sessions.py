@@ -319,13 +319,13 @@ class Runner:
             if out.size == 0:
                 return
             s3 = as3d(out.shape, p["axis"])
-            w2 = np.ascontiguousarray(w).reshape(-1, 1)
+            w1 = np.ascontiguousarray(w).reshape(-1)  # the graph broadcasts it along axis 1
             if all(a.flags.c_contiguous for a in (*arrays, out)):
-                e.run([a.reshape(s3) for a in arrays] + [w2], out.reshape(s3))
+                e.run([a.reshape(s3) for a in arrays] + [w1], out.reshape(s3))
                 return
             ins = [np.ascontiguousarray(a).reshape(s3) for a in arrays]
             tmp = np.empty(s3, dtype=out.dtype)
-            e.run(ins + [w2], tmp)
+            e.run(ins + [w1], tmp)
             np.copyto(out, tmp.reshape(out.shape))
 
         return run

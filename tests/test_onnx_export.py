@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from multiact.consistency import compare, reference
 from multiact.optable import OPS, OpSpec, Tolerance
 
 onnx = pytest.importorskip("onnx")
@@ -88,6 +89,8 @@ def ref_params(spec: OpSpec, params: dict) -> dict:
 
 @pytest.mark.parametrize("name, params, grad, dtype", list(cases()))
 def test_export_matches_reference(name, params, grad, dtype):
+    """The accuracy="contract" graph within the op's Tolerance, judged as every backend is
+    (multiact.consistency.compare: ulps, atol, the condition of the op's argument, NaN, inf, sign of zero)."""
     spec = OPS[name]
     model = to_onnx(name, dtype=dtype, grad=grad, **{k: v for k, v in params.items() if k != "weight"})
     onnx.checker.check_model(model, full_check=True)
@@ -98,24 +101,23 @@ def test_export_matches_reference(name, params, grad, dtype):
         n = x.size // 3 * 3
         x = x[:n].reshape(1, 3, -1) if rp["weight"].size == 3 else x.reshape(1, 1, -1)
         w = rp["weight"].astype(dtype)
-        feeds["weight"] = w.reshape(-1, 1)
+        feeds["weight"] = w.reshape(-1)
         rp = {"weight": w.astype(np.float64).reshape(1, -1, 1), "axis": 1}
     else:
         x = x.reshape(-1)
     feeds["x"] = x
-    x64 = x.astype(np.float64)
     if grad:
         dy = np.random.default_rng(3).standard_normal(x.shape).astype(dtype)
         dy.reshape(-1)[:40] = 1
         feeds["dy"] = dy
-        ref = spec.backward(dy.astype(np.float64), x64, **rp)
-        atol, scale = spec.tol.bwd_atol, dy.astype(np.float64)
+        ref = reference(spec, "backward", rp, np.dtype(dtype), dy, x)
     else:
-        ref = spec.forward(x64, **rp)
-        atol, scale = spec.tol.fwd_atol, x64
+        ref = reference(spec, "forward", rp, np.dtype(dtype), x)
     (got,) = session(model).run(None, feeds)
     assert got.dtype == np.dtype(dtype) and got.shape == x.shape
-    check_close(got, ref, dtype, spec.tol, atol, scale, f"{name}{params} {'grad' if grad else 'forward'} {dtype}")
+    v = compare(got, ref, x, spec, "backward" if grad else "forward", scale=dy if grad else None,
+                params={k: v for k, v in params.items() if k != "weight"})
+    assert v.passed, f"{name}{params} {'grad' if grad else 'forward'} {dtype}: {v.describe()}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
