@@ -30,9 +30,10 @@ globals().update(_GATED)
 globals().update(_BIAS_ACT)
 
 
-def ops() -> dict[str, OpSpec]:
-    """The op table: every op's parameters, defaults, valid ranges and reference formulas."""
-    return dict(_ops.OPS)
+def ops() -> _ops.OpTable:
+    """The op table: a dict of name -> OpSpec (parameters, defaults, valid ranges, reference formulas)
+    that prints as a table."""
+    return _ops.OpTable(_ops.OPS)
 
 
 def register_op(defn: _ops.OpDef, **numerics: Any) -> OpSpec:

@@ -29,7 +29,7 @@ from ._opdefs import (
 )
 
 __all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FAMILY_KEYS", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef",
-           "OpSpec", "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
+           "OpSpec", "OpTable", "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
 
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
@@ -97,6 +97,31 @@ class OpSpec:
     kinks: Callable[[Mapping[str, Any]], tuple[float, ...]] = lambda p: ()
     tol: Tolerance = field(default_factory=Tolerance)
     exact: bool = False  # piecewise linear: backends must round exactly like the formula
+
+    def __repr__(self) -> str:  # the dataclass's would print every reference function's address
+        return f"OpSpec({self.signature()}; y-form: {self.y_form_text()})"
+
+    def signature(self) -> str:
+        """The forward's call with its defaults: "gelu(x, approximate='none')"."""
+        return f"{self.name}({', '.join(['x', *(_param_text(p) for p in self.params)])})"
+
+    def y_form_text(self) -> str:
+        """Whether the backward may start from the output y: 'same' (the x formula holds on y), 'own'
+        (a formula of its own), each with its condition; '-' where it needs x."""
+        form = self.defn.y_form or "-"
+        return form if not self.y_condition or form == "-" else f"{form}, if {self.y_condition}"
+
+    def extras(self) -> str:
+        """Beyond the forward and backward: the variants, a parameter gradient, the ONNX operator."""
+        d = self.defn
+        out = []
+        if d.variant is not None:
+            out.append(f"kernels {'/'.join(self.keys)} by {d.variant[0]}")
+        if d.param_grad:
+            out.append(f"d/d{d.param_grad}: {self.name}_{d.param_grad}_grad")
+        if d.onnx:
+            out.append(f"ONNX {d.onnx}")
+        return "; ".join(out) or "-"
 
     def __post_init__(self) -> None:
         d = self.defn
@@ -204,6 +229,34 @@ class OpSpec:
                     f"{fn or self.name + '()'}: parameter {prm.name!r} = {p[prm.name]:g} does not fit float32, "
                     f"where {getattr(dtype, 'name', dtype)} arrays are computed (|{prm.name}| <= {F32_MAX:g})"
                 )
+
+
+def _param_text(p: Param) -> str:
+    """'negative_slope=0.01', "approximate='none'|'tanh'" (the default first), 'weight: array', 'threshold'."""
+    if p.kind == "array":
+        return f"{p.name}: array"
+    if p.default is REQUIRED:
+        return p.name
+    if p.kind == "choice" and p.choices:
+        return f"{p.name}={'|'.join(repr(c) for c in (p.default, *(c for c in p.choices if c != p.default)))}"
+    return f"{p.name}={p.default!r}"
+
+
+class OpTable(dict):
+    """What `ma.ops()` returns: the op table as a dict (name -> OpSpec), which prints as a table of
+    each op's parameters with their defaults, its y-form and extras."""
+
+    def __repr__(self) -> str:
+        from .tools._report import table
+
+        rows = [[s.signature(), s.y_form_text(), s.extras()] for s in self.values()]
+        head = f"{len(self)} ops; ma.ops()[name] is the OpSpec; y-form: the backward may start from the output y\n"
+        return head + table(rows, ["op (parameters with defaults)", "y-form", "extras"], "lll")
+
+    __str__ = __repr__
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython
+        printer.text(repr(self))
 
 
 _LINEAR = Tolerance(ulp32=1, ulp64=1, ulp16=1)

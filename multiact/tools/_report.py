@@ -1,7 +1,9 @@
 """Plain-text tables and an optional progress bar for the command-line tools.
 
-tqdm is optional: without it (or with progress off) a line of text every few
-seconds says how far a long run has got, on stderr so that stdout stays clean.
+tqdm is optional, and drawn only on a terminal: without it, or when stderr is
+a file or a pipe (a log, CI), a line of text every few seconds says how far a
+long run has got, with no carriage-return frames; on stderr so that stdout stays
+clean.
 """
 
 from __future__ import annotations
@@ -46,15 +48,18 @@ def _numeric(s: str) -> bool:
 def progress(
     items: Iterable[T], total: int, desc: str, enabled: bool = True, stream: TextIO | None = None
 ) -> Iterator[T]:
-    """Iterate `items` with a progress bar (tqdm when installed, else a text line every ~5 s)."""
+    """Iterate `items` with a progress bar (tqdm when installed and `stream` is a terminal, else a text
+    line every ~5 s)."""
     stream = stream or sys.stderr
     if not enabled:
         yield from items
         return
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        tqdm = None
+    tqdm = None
+    if _is_terminal(stream):
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            pass
     if tqdm is not None:
         with tqdm(total=total, desc=desc, file=stream, leave=False, dynamic_ncols=True) as bar:
             for item in items:
@@ -68,6 +73,13 @@ def progress(
         if now - last > 5 or i == total:
             print(f"{desc}: {i}/{total} ({now - start:.0f} s)", file=stream, flush=True)
             last = now
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 def fmt(v: float | None, digits: int = 3) -> str:

@@ -79,7 +79,13 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="time backends and peers side by side")
     bench.add_argument("--op", action="append", type=_csv, metavar="OP[,OP]",
-                       help="ops, optionally with parameters: gelu:approximate=tanh (default: common ops)")
+                       help="ops, optionally with parameters: gelu:approximate=tanh; the fused "
+                       "bias_act:act=gelu[:dim=1|-1] against torch's unfused F.gelu(x + b.view(...)) "
+                       "(default: common ops)")
+    bench.add_argument("--framework", choices=("numpy", "torch"), default="numpy",
+                       help="numpy: backends on NumPy arrays (default); torch: ma.<op>(tensor) and "
+                       "multiact.torch.<op> on CPU tensors against torch's own functions, forward and "
+                       "forward_backward (autograd)")
     bench.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]", help="default float32")
     bench.add_argument("--size", action="append", type=_csv, metavar="N[,N]", help="elements; K=1024, M=1024^2 "
                        "(default 1K,64K,1M,16M)")
@@ -87,17 +93,26 @@ def _parser() -> argparse.ArgumentParser:
                        help="thread counts (default: multiact.get_num_threads())")
     bench.add_argument("--direction", action="append", type=_csv, metavar="D[,D]",
                        help="forward, backward, backward_y (from the output y, as autograd saves it for "
-                       "sigmoid, tanh, elu...) (default forward,backward)")
+                       "sigmoid, tanh, elu...), forward_backward (both; torch's through autograd) "
+                       "(default forward,backward; with --framework torch forward,forward_backward)")
     bench.add_argument("--backend", action="append", type=_csv, metavar="B[,B]",
                        help="backends (default: every available one for NumPy arrays)")
     bench.add_argument("--peers", action="append", type=_csv, metavar="P[,P]",
                        help="torch, onnxruntime, numpy, or none (default: all three)")
     bench.add_argument("--out", action="store_true", help="also time calls into a preallocated out=")
     bench.add_argument("--samples", type=int, default=7, help="timed samples per implementation (default 7)")
+    bench.add_argument("--resample", type=int, default=2, metavar="N",
+                       help="time a configuration again, up to N times, while a row's IQR exceeds --max-spread "
+                       "(default 2); rows still over it are flagged noisy")
+    bench.add_argument("--max-spread", type=float, default=25.0, metavar="PCT",
+                       help="the IQR, in percent of the median, above which a row is noisy (default 25)")
     bench.add_argument("--wide", action="store_true",
                        help="one row per case, one ns/element column per implementation (for a README)")
     bench.add_argument("--json", metavar="FILE", help="write every sample and the machine description as JSON")
-    bench.add_argument("--plot", metavar="FILE.png", help="plot GB/s against size, one panel per op")
+    bench.add_argument("--plot", metavar="FILE.png",
+                       help="plot time per call against size (log axes, with the copy line), one panel per op "
+                       "and direction")
+    bench.add_argument("--plot-gbps", action="store_true", help="plot GB/s instead of time per call")
     bench.add_argument("--load", metavar="FILE", help="show (and --plot) a run saved with --json instead of timing")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
@@ -218,6 +233,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.load and args.plot and importlib.util.find_spec("matplotlib") is None:
         raise ValueError("--plot needs matplotlib: pip install 'multiact[bench]'")
+    metric = "gbps" if args.plot_gbps else "time"
     if args.load:
         with open(args.load, encoding="utf-8") as f:
             saved = json.load(f)
@@ -225,59 +241,132 @@ def cmd_bench(args: argparse.Namespace) -> int:
         meta = saved.get("meta", {})
         saved_cpu = meta.get("cpu", {})
         print(bench.header(saved_cpu))  # the CPU the run was measured on, not this one
-        print(render_bench_wide(res) if args.wide else render_bench(res))
+        for w in meta.get("warnings", []):
+            print(f"# {w}")
+        print(render_bench_wide(res) if args.wide else render_bench(res, meta.get("max_spread"), meta.get("resample")))
         print(f"\nsaved {meta.get('date', '?')} on {sysinfo.summary(saved_cpu)}, "
               f"load average before {meta.get('load_before')}")
         if args.plot:
             load = meta.get("load_before")
-            bench.plot(res["rows"], args.plot, note=f", load {load[0]:.1f}" if load else "", cpu=saved_cpu)
+            bench.plot(res["rows"], args.plot, note=f", load {load[0]:.1f}" if load else "", cpu=saved_cpu,
+                       metric=metric)
             print(f"plot written to {args.plot}")
         return 0
-    ops = [bench.parse_op(o) for o in (_many(args.op) or bench.DEFAULT_OPS)]
+    torch_mode = args.framework == "torch"
+    ops = [op for o in (_many(args.op) or bench.DEFAULT_OPS) for op in bench.parse_ops(o)]
     sizes = [bench.parse_size(s) for s in _many(args.size) or []] or list(bench.DEFAULT_SIZES)
     threads = [int(t) for t in _many(args.threads) or []] or None
     if threads and min(threads) < 1:
         raise ValueError("--threads must be positive")
+    if args.resample < 0:
+        raise ValueError(f"--resample must be 0 or more, got {args.resample}")
+    if not 0 < args.max_spread:
+        raise ValueError(f"--max-spread must be a positive percentage, got {args.max_spread}")
     dtypes = _many(args.dtype) or ["float32"]
-    for dt in dtypes:
-        if dt not in ("float16", "float32", "float64"):
-            raise ValueError(f"unknown dtype {dt!r}; valid dtypes: float16, float32, float64")
-    directions = _many(args.direction) or ["forward", "backward"]
-    for d in directions:
-        if d not in bench.DIRECTIONS:
-            raise ValueError(f"unknown direction {d!r}; valid: {', '.join(bench.DIRECTIONS)}")
-    peer_names = _many(args.peers)
-    peer_names = list(peers.PEERS) if peer_names is None else [p for p in peer_names if p != "none"]
-    for p in peer_names:
-        peers.available(p)  # unknown names raise
+    directions = _many(args.direction) or (["forward", "forward_backward"] if torch_mode else ["forward", "backward"])
     modes = ("alloc", "out") if args.out else ("alloc",)
+    peer_names = _many(args.peers)
+    if torch_mode:
+        from . import tensor_bench
+
+        tensor_bench.check(directions, dtypes, modes)
+        if peer_names is not None and [p for p in peer_names if p != "torch"]:
+            raise ValueError(f"--framework torch compares with torch only, got --peers {','.join(peer_names)}")
+        if args.backend:
+            raise ValueError("--framework torch times multiact's tensor entry points (their own backend choice); "
+                             "--backend is for --framework numpy")
+        peer_names = ["torch"]
+        if not peers.available("torch")[0]:
+            raise ValueError(f"--framework torch needs torch: {peers.available('torch')[1]}")
+    else:
+        for dt in dtypes:
+            if dt not in ("float16", "float32", "float64"):
+                raise ValueError(f"unknown dtype {dt!r}; valid dtypes: float16, float32, float64")
+        for d in directions:
+            if d not in bench.DIRECTIONS:
+                raise ValueError(f"unknown direction {d!r}; valid: {', '.join(bench.DIRECTIONS)}")
+        peer_names = list(peers.PEERS) if peer_names is None else [p for p in peer_names if p != "none"]
+        for p in peer_names:
+            peers.available(p)  # unknown names raise
     if args.plot and importlib.util.find_spec("matplotlib") is None:  # say so before the run, not after
         raise ValueError("--plot needs matplotlib: pip install 'multiact[bench]'")
     bar = None if args.no_progress else (lambda it, n: progress(it, n, "multiact bench"))
-    load_before = sysinfo.cpu().get("load_average")
+    before = sysinfo.cpu()
+    load_before = before.get("load_average")
+    warnings = []
+    w = bench.load_warning(before)
+    if w:
+        warnings.append(f"{w} (before the run)")
+        print(f"multiact bench: {warnings[-1]}", file=sys.stderr, flush=True)  # now, not after minutes of timing
+    spread = args.max_spread / 100
     t0 = time.perf_counter()
-    res = bench.run(ops, dtypes, sizes, threads, directions, _many(args.backend), peer_names, modes,
-                    samples=args.samples, progress=bar)
+    if torch_mode:
+        res = tensor_bench.run(ops, dtypes, sizes, threads, directions, samples=args.samples, progress=bar,
+                               resample=args.resample, max_spread=spread)
+    else:
+        res = bench.run(ops, dtypes, sizes, threads, directions, _many(args.backend), peer_names, modes,
+                        samples=args.samples, progress=bar, resample=args.resample, max_spread=spread)
     wall = time.perf_counter() - t0
     machine = sysinfo.cpu()
+    w = bench.load_warning(machine)
+    if w:
+        warnings.append(f"{w} (after the run)")
+        print(f"multiact bench: {warnings[-1]}", file=sys.stderr, flush=True)
     print(bench.header(machine))
-    print(render_bench_wide(res) if args.wide else render_bench(res))
+    for w in warnings:
+        print(f"# {w}")
+    print(render_bench_wide(res) if args.wide else render_bench(res, spread, args.resample))
     print(f"\n{len(res['rows'])} timings in {wall:.0f} s; load average before {load_before}, "
-          f"after {sysinfo.cpu().get('load_average')}")
+          f"after {machine.get('load_average')}")
     if args.json:
         meta = {"cpu": machine, "libraries": sysinfo.library_versions(), "argv": sys.argv[1:],
-                "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "wall_s": wall, "load_before": load_before}
+                "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "wall_s": wall, "load_before": load_before,
+                "load_after": machine.get("load_average"), "warnings": warnings, "framework": args.framework,
+                "max_spread": spread, "resample": args.resample}
         _write_json(args.json, {"meta": meta, "rows": [r.as_dict() for r in res["rows"]],
                                 "skipped": res["skipped"], "skipped_backends": res["skipped_backends"],
                                 "missing_peers": res["missing_peers"]})
     if args.plot:
-        bench.plot(res["rows"], args.plot, note=f", load {load_before[0]:.1f}" if load_before else "", cpu=machine)
+        bench.plot(res["rows"], args.plot, note=f", load {load_before[0]:.1f}" if load_before else "", cpu=machine,
+                   metric=metric)
         print(f"plot written to {args.plot}")
     return 0
 
 
-def render_bench(res: dict[str, Any]) -> str:
-    """The results table, what was not timed and why."""
+def _ratio(v: float | None, rng: tuple[float, float] | None, unit: str = "") -> str:
+    """A ratio with the range its quartiles allow: '7.12x [6.5, 7.9]'; '' when there is none."""
+    if v is None:
+        return ""
+    return f"{fmt(v, 3)}{unit}" + ("" if rng is None else f" [{fmt(rng[0], 2)}, {fmt(rng[1], 2)}]")
+
+
+def _flag_lines(rows: Sequence[Any], max_spread: float | None, resample: int | None) -> list[str]:
+    """What the flags mean, and each row's reason where it says more than the row does."""
+    from .bench import BELOW_COPY, SHORT_DIRECTION, display_name, size_label
+
+    lines = []
+    noisy = [r for r in rows if "noisy" in r.flags]
+    if noisy:
+        limit = "" if max_spread is None else f" over {max_spread:.0%}"
+        again = "" if resample is None else f", after timing the configuration again up to {resample} times"
+        lines.append(f"noisy: {len(noisy)} row(s) with an IQR{limit} of the median{again}: read their figures "
+                     "(and ratios with them) as rough; rerun on an idle machine")
+    below = [r for r in rows if BELOW_COPY in r.flags]
+    if below:
+        lines.append(f"{BELOW_COPY}: faster than np.copyto of the same bytes, which no elementwise pass from memory "
+                     "can beat; why, per row:")
+        reasons: dict[str, list[str]] = {}
+        for r in below:
+            reasons.setdefault(r.flags[BELOW_COPY], []).append(
+                f"{r.op} {SHORT_DIRECTION[r.direction]} {r.dtype} {size_label(r.size)} {display_name(r)}")
+        for why, where in reasons.items():
+            more = f" and {len(where) - 3} more" if len(where) > 3 else ""
+            lines.append(f"  {', '.join(where[:3])}{more}: {why}")
+    return lines
+
+
+def render_bench(res: dict[str, Any], max_spread: float | None = None, resample: int | None = None) -> str:
+    """The results table (every ratio with the range its quartiles allow, flags), what was not timed and why."""
     from .bench import SHORT_DIRECTION, display_name, size_label
 
     lines = []
@@ -296,17 +385,20 @@ def render_bench(res: dict[str, Any]) -> str:
         impl = display_name(r) + (" *" if r.note else "")
         direction = SHORT_DIRECTION[r.direction]
         out.append([r.op, direction, r.dtype, size_label(r.size), r.threads, r.mode, impl,
-                    fmt(r.median_s * 1e6), fmt(r.ns_per_element), fmt(r.gb_per_s), fmt(r.vs_copy, 2),
-                    f"{r.spread * 100:.0f}%", "" if r.speedup is None else f"{r.speedup:.2f}x"])
+                    fmt(r.median_s * 1e6), fmt(r.ns_per_element), fmt(r.gb_per_s),
+                    _ratio(r.vs_copy, r.vs_copy_range) if r.kind != "baseline" else "1",
+                    f"{r.spread * 100:.0f}%", _ratio(r.speedup, r.speedup_range, "x"), ", ".join(r.flags)])
     if lines:
         lines.append("")
     lines.append(table(out, ["op", "dir", "dtype", "size", "thr", "mode", "impl", "us/call", "ns/elem", "GB/s",
-                             "x copy", "IQR", "vs best peer"], "llllrllrrrrrr"))
+                             "x copy [range]", "IQR", "vs best peer [range]", "flags"], "llllrllrrrrrrl"))
     notes = sorted({f"{display_name(r)} *: {r.note}" for r in res["rows"] if r.note})
     lines.append("ma:B = multiact backend B; copy = np.copyto of the same bytes (the bandwidth limit); x copy: time "
                  "over the copy's;\nIQR: interquartile range over the median; vs best peer: the fastest peer's time "
-                 "over the backend's (same mode).")
+                 "over multiact's (same mode;\nabove 1: multiact faster); [range]: the ratio the quartiles allow "
+                 "(low: q1 over the other's q3, high: q3 over q1).")
     lines += notes
+    lines += _flag_lines(res["rows"], max_spread, resample)
     return "\n".join(lines)
 
 
@@ -327,21 +419,31 @@ def render_bench_wide(res: dict[str, Any]) -> str:
         peers_ = [r for r in d.values() if r.kind == "peer"]
         ratio = ""
         if backs and peers_:
-            ratio = f"{min(p.median_s for p in peers_) / min(b.median_s for b in backs):.2f}x"
+            bp, bb = min(peers_, key=lambda r: r.median_s), min(backs, key=lambda r: r.median_s)
+            ratio = _ratio(bp.median_s / bb.median_s, (bp.q1_s / bb.q3_s, bp.q3_s / bb.q1_s), "x")
         copy = copies.get((op, direction, dtype, size, threads))
+        flags = sorted({_SHORT_FLAG.get(f, f) for r in d.values() for f in r.flags})
         out.append([op, SHORT_DIRECTION[direction], dtype, size_label(size), threads, mode,
                     *(fmt(d[i].ns_per_element) if i in d else "-" for i in impls),
-                    fmt(copy.ns_per_element) if copy else "-", ratio])
-    head = ["op", "dir", "dtype", "size", "thr", "mode", *impls, "copy", "best ma vs best peer"]
+                    fmt(copy.ns_per_element) if copy else "-", ratio, ",".join(flags)])
+    head = ["op", "dir", "dtype", "size", "thr", "mode", *impls, "copy", "best ma vs best peer [range]", "flags"]
     notes = {}  # e.g. torch's sigmoid backward starts from y: say so under the table
     for r in rows:
         if r.note:
             notes.setdefault((display_name(r), r.note), []).append(r.op)
     said = "".join(f"\n{impl} {note}: {', '.join(dict.fromkeys(ops))}" for (impl, note), ops in notes.items())
-    return (table(out, head, "llllrl" + "r" * (len(impls) + 2))
+    legend = ""
+    if any(r.flags for r in rows):
+        legend = "\nflags: noisy = a row's IQR over the limit after re-sampling; <copy = a row below the copy " \
+                 "(streaming stores / cache)"
+    return (table(out, head, "llllrl" + "r" * (len(impls) + 2) + "l")
             + "\nns per element, median of interleaved samples (lower is better); copy: np.copyto of the same "
-              "bytes;\nlast column: the best peer's time over the best multiact backend's (above 1: multiact faster)."
-            + said)
+              "bytes;\nratio: the best peer's time over the best multiact backend's (above 1: multiact faster); "
+              "[range]: the ratio the quartiles allow."
+            + legend + said)
+
+
+_SHORT_FLAG = {"below copy (streaming stores / cache)": "<copy"}
 
 
 # ---- demo -----------------------------------------------------------------------

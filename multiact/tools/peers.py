@@ -15,6 +15,11 @@ when asked for, and a peer that is not installed is reported as missing.
   standard package has no gradient kernels); `out=` through IOBinding.
 - numpy: the one-line NumPy formula a user would write, with `out=` on its
   last ufunc where that is the whole result.  Single-threaded.
+
+forward_backward times a forward and its backward together: torch's through
+autograd (what a training step runs), NumPy's as the two formulas.  bias_act's
+peer (`make_bias_act`) is torch's unfused equivalent, `F.<act>(x + b.view(...))`
+(times gain, clamped) and, for the backward, its autograd backward with db's sum.
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ def available(peer: str) -> tuple[bool, str]:
 def covers(peer: str, op: str, direction: str) -> bool:
     """Whether the peer has this op and direction (independent of params and dtype)."""
     table = {"torch": _TORCH_OPS, "onnxruntime": _ORT_OPS, "numpy": _NUMPY_FWD}[peer]
-    if peer == "numpy" and direction == "backward":
+    if peer == "numpy" and direction in ("backward", "forward_backward"):
         return op in _NUMPY_BWD
     if peer == "onnxruntime" and direction != "forward":
         return False
@@ -169,6 +174,8 @@ def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
 
     torch.set_num_threads(threads)
     entry = _torch_table(torch, params).get(op, {})
+    if direction == "forward_backward":
+        return _torch_autograd(torch, entry["fwd"][0], arrays, out.dtype, f"{op} {direction}")
     pair = entry.get({"forward": "fwd", "backward": "bwd", "backward_y": "bwd_y"}[direction])
     ts = [torch.from_numpy(a) for a in arrays]
     note = ""
@@ -187,6 +194,120 @@ def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
     except (RuntimeError, TypeError, NotImplementedError) as e:
         return f"no peer: torch {op} {direction} failed in {out.dtype}: {str(e).splitlines()[0]}"
     return Bound("torch", lambda: alloc(*ts), None if into is None else (lambda: into(*ts, o)), note)
+
+
+def _torch_autograd(torch: Any, fwd: Callable, arrays: tuple[np.ndarray, ...], dtype: np.dtype,
+                    what: str) -> Bound | str:
+    """fwd(x) and autograd's backward from dy, on tensors that share the arrays' memory ((dy, x))."""
+    dy, x = (_tensor(torch, a) for a in arrays)
+    xg = x.detach().requires_grad_(True)
+
+    def step():
+        (dx,) = torch.autograd.grad(fwd(xg), (xg,), dy)
+        return dx
+
+    try:
+        step()
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        return f"no peer: torch {what} failed in {dtype}: {str(e).splitlines()[0]}"
+    return Bound("torch", step, None, "autograd")
+
+
+def _tensor(torch: Any, a: Any) -> Any:
+    """A tensor on the array's memory (a tensor as it is)."""
+    return a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
+
+
+def torch_forward(op: str, params: dict[str, Any]) -> Callable | None:
+    """torch's own allocating function for op with these parameters (F.gelu(x, approximate=...)), or None."""
+    import torch
+
+    if op not in _TORCH_OPS:
+        return None
+    return _torch_table(torch, params)[op]["fwd"][0]
+
+
+def torch_autograd(fwd: Callable, dy: Any, x: Any, what: str) -> Bound | str:
+    """fwd(x) and autograd's backward from dy (tensors or arrays), as a training step runs them; or why not."""
+    import torch
+
+    return _torch_autograd(torch, fwd, (dy, x), x.dtype, what)
+
+
+def _bias_view(torch: Any, b: Any, ndim: int, dim: int) -> Any:
+    """b (C,) as a view that broadcasts along dim of an ndim array, as the unfused code writes it."""
+    shape = [1] * ndim
+    shape[dim] = -1
+    return b.view(shape)
+
+
+def make_bias_act(peer: str, act: str, act_params: dict[str, Any], dim: int, gain: float, clamp: float | None,
+                  direction: str, arrays: tuple[np.ndarray, ...], threads: int) -> Bound | str:
+    """The unfused equivalent of bias_act (torch: `F.<act>(x + b.view(...))`, times gain, clamped), bound to
+    arrays (x, b) for the forward and (dy, x, b) otherwise; or why there is none.  Allocating calls only.
+
+    backward: act's backward from z = x + b (what autograd saved) and db = dz summed over every axis but dim;
+    forward_backward: the forward and autograd's backward to x and b."""
+    ok, why = available(peer)
+    if not ok:
+        return why
+    if peer != "torch":
+        return f"no peer: {peer} has no unfused bias_act here (torch's is the reference)"
+    if act != "linear" and act not in _TORCH_OPS:
+        return f"no peer: torch has no {act}"
+    import torch
+
+    torch.set_num_threads(threads)
+    entry = {"fwd": (lambda z: z, None), "bwd": (lambda d, z: d, None)} if act == "linear" else \
+        _torch_table(torch, act_params).get(act, {})
+    f = entry["fwd"][0]
+    ts = [_tensor(torch, a) for a in arrays]
+    ndim = ts[-2].ndim
+    axis = dim % ndim
+    others = tuple(i for i in range(ndim) if i != axis)
+
+    def finish(y):
+        y = y if gain == 1.0 else y * gain
+        return y if clamp is None else y.clamp(-clamp, clamp)
+
+    if direction == "forward":
+        x, b = ts
+        bv = _bias_view(torch, b, ndim, axis)
+        call = lambda: finish(f(x + bv))  # noqa: E731
+        note = "unfused"
+    elif direction == "backward":
+        dy, x, b = ts
+        z = x + _bias_view(torch, b, ndim, axis)
+        if "bwd" in entry:
+            g, saved = entry["bwd"][0], z
+        elif "bwd_y" in entry:  # torch's sigmoid/tanh backward is from y: autograd saves y = act(z)
+            g, saved = entry["bwd_y"][0], f(z)
+        else:
+            return f"no peer: torch has no {act} backward kernel"
+        kept = None if clamp is None else (f(z) * gain).abs() <= clamp  # clipped elements get no gradient
+
+        def call():
+            d = dy if gain == 1.0 else dy * gain
+            if kept is not None:
+                d = d * kept
+            dz = g(d, saved)
+            return dz, dz.sum(others)
+
+        note = "unfused, from saved z"
+    else:
+        dy, x, b = ts
+        xg, bg = x.detach().requires_grad_(True), b.detach().requires_grad_(True)
+
+        def call():
+            y = finish(f(xg + _bias_view(torch, bg, ndim, axis)))
+            return torch.autograd.grad(y, (xg, bg), dy)
+
+        note = "unfused, autograd"
+    try:
+        call()
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        return f"no peer: torch bias_act({act}) {direction} failed in {arrays[0].dtype}: {str(e).splitlines()[0]}"
+    return Bound("torch", call, None, note)
 
 
 # ---- ONNX Runtime -------------------------------------------------------------
@@ -376,8 +497,12 @@ _NUMPY_NO_OUT = {"leaky_relu", "elu", "selu", "celu", "softplus", "softshrink", 
 def _numpy(op, direction, params, arrays, out, threads) -> Bound | str:
     if op == "gelu" and params["approximate"] == "none" and _erf() is None:
         return "no peer: NumPy has no erf (install scipy for the gelu formula)"
-    fn = (_NUMPY_FWD if direction == "forward" else _NUMPY_BWD)[op]
     p = dict(params)
+    if direction == "forward_backward":
+        fwd, bwd = _NUMPY_FWD[op], _NUMPY_BWD[op]
+        dy, x = arrays
+        return Bound("numpy", lambda: (fwd(x, p), bwd(dy, x, p)), None, "single-threaded formula")
+    fn = (_NUMPY_FWD if direction == "forward" else _NUMPY_BWD)[op]
     into = None
     if direction != "forward" or op not in _NUMPY_NO_OUT:
         into = lambda: fn(*arrays, p, out=out)  # noqa: E731
