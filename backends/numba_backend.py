@@ -130,6 +130,8 @@ def supports(key: str, direction: str, dtype: str) -> bool:
     if key in FAMILY_KEYS:
         return direction in _GATED_ARITY and formulas.family_formulas(key) is not None
     if key in BIAS_ACT_KEYS:
+        if direction == "backward_y":
+            return formulas.family_y_formula(key) is not None
         return direction in _BIAS_ARITY and formulas.family_formulas(key) is not None
     return (key, direction) in formulas.TABLE
 
@@ -807,8 +809,9 @@ def _run_gated(key: tuple[str, str, str], ins: tuple, outs: tuple, params: tuple
 # (race-free), summed in a fixed order at the end.  float16 goes through float32 pieces of at most _BLOCK
 # elements.  Each element's inputs are read before its results are written: in place is safe.
 
-_BIAS_ARITY = {"forward": "bias_act_forward", "backward": "bias_act_backward"}
-_BIAS_OPS = {"bias_act_forward": 4, "bias_act_backward": 7}  # x, b, s, out | dy, x, b, s, dx, db, ds
+_BIAS_ARITY = {"forward": "bias_act_forward", "backward": "bias_act_backward", "backward_y": "bias_act_backward_y"}
+# x, b, s, out | dy, x, b, s, dx, db, ds | dy, y, -, -, dx, db, - (the y form: the backward's operands, b and s unused)
+_BIAS_OPS = {"bias_act_forward": 4, "bias_act_backward": 7, "bias_act_backward_y": 7}
 _BIAS_MAX_TILES = 64  # outer tiles of a parallel backward with sums: each holds a (2, C) float64 partial
 
 
@@ -826,6 +829,19 @@ def _bias_serial_source(fn: str) -> str:
         lines += ["            for j in range(n):",
                   "                b3[k3 + j * r3] = {g}(b0[k0 + j * r0], b1[k1 + j * r1], b2[k2 + j * r2], "
                   "a, b, hb, hs, gain, clamp)"]
+        return "\n".join(lines) + "\n"
+    if fn == "bias_act_backward_y":  # dz from y alone; its sum is db's
+        lines += [
+            "            acc0 = 0.0",
+            "            for j in range(n):",
+            "                dz = {g}(b0[k0 + j * r0], b1[k1 + j * r1], a, b, gain, clamp)",
+            "                b4[k4 + j * r4] = dz",
+            "                if hdb:",
+            "                    b5[k5 + j * r5] = dz",
+            "                acc0 += np.float64(dz)",
+            "            if want:",
+            "                sums[0, c] += acc0",
+        ]
         return "\n".join(lines) + "\n"
     lines += [
         # one loop (each inlined copy of the formula costs compile time): the sums are cheap beside it
@@ -879,7 +895,11 @@ def _bias_kernel(key: str, direction: str, dtype: str, wd: str) -> Callable:
         return _run_bias((key, direction, wd), (dy3, x3, b, s, dx3, db_full, ds_full),
                          formulas.bias_params(key, p, dtype), want, True)
 
-    run = forward if direction == "forward" else backward
+    def backward_y(dy3, y3, b, s, dx3, db_full, ds_full, p):
+        return _run_bias((key, direction, wd), (dy3, y3, None, None, dx3, db_full, None),
+                         formulas.bias_params(key, p, dtype), bool(p["sum_db"]), True)
+
+    run = {"forward": forward, "backward": backward, "backward_y": backward_y}[direction]
     run.__name__ = f"numba_{key.replace(':', '_')}_{direction}_{dtype}"
     return run
 

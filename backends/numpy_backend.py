@@ -33,6 +33,8 @@ def info() -> dict:
 def supports(key: str, direction: str, dtype: str) -> bool:
     if dtype not in ("float16", "float32", "float64"):
         return False
+    if key in BIAS_ACT_KEYS and direction == "backward_y":  # linear, or an activation with a y form
+        return BIAS_ACT_KEYS[key][2] == "linear" or BIAS_ACT_KEYS[key][1].backward_y is not None
     if key in FAMILY_KEYS or key in BIAS_ACT_KEYS:
         return direction in ("forward", "backward")
     if direction == "backward2":  # second order: g * dy * f''(x), wherever the op has the reference
@@ -176,6 +178,34 @@ def _bias_act(key: str, direction: str) -> Callable:
                         y = y * y.dtype.type(gain)
                     blocks[-1][...] = y if clamp == np.inf else np.clip(y, -clamp, clamp)
         return forward
+
+    if direction == "backward_y":  # fused_bias_act's y= rules: dz = act'(y / gain) * dy * gain, 0 where |y| >= clamp
+        ybwd = (lambda e, a: e) if act.name == "linear" else act.backward_y
+
+        def backward_y(dy3, y3, b, s, dx3, db_full, ds_full, p):
+            q = {k: p[k] for k in names}
+            gain, clamp = p["gain"], p["clamp"]
+            compute = np.float32 if y3.dtype == np.float16 else y3.dtype
+            keep = p["sum_db"] or db_full is not None
+            dz = np.empty(y3.shape, compute) if keep else None
+            with np.errstate(all="ignore"):
+                for blocks in _blocks2((dy3, y3), (dx3,) if dz is None else (dx3, dz)):
+                    dyb, yb = blocks[0], blocks[1]
+                    g = dyb.dtype.type(gain)
+                    e = dyb * g if gain != 1.0 else dyb
+                    if clamp != np.inf:
+                        e = np.where(np.abs(yb) >= clamp, e.dtype.type(0), e)
+                    blocks[2][...] = r = ybwd(e, yb / g, **q)
+                    if dz is not None:
+                        blocks[3][...] = r
+                if db_full is not None:
+                    db_full[...] = dz
+                if not p["sum_db"]:
+                    return None
+                sums = np.zeros((2, y3.shape[1]))
+                sums[0] = dz.sum(axis=(0, 2), dtype=np.float64)
+            return sums
+        return backward_y
 
     def backward(dy3, x3, b, s, dx3, db_full, ds_full, p):
         q = {k: p[k] for k in names}

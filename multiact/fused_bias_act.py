@@ -21,6 +21,7 @@ import numpy as np
 
 from . import _arrays, dispatch, registry
 from ._opdefs import BIAS_ACT, F32_MAX, CompositeDef, Param, composable
+from .errors import YFormError
 from .optable import LINEAR as LINEAR_SPEC
 from .optable import OPS, OpSpec
 
@@ -88,6 +89,98 @@ def _check_precision(call: BiasActCall, dtype: Any, fn: str) -> None:
             if v != math.inf and abs(v) > F32_MAX:
                 raise ValueError(f"{fn}: parameter {k!r} = {v:g} does not fit float32, where {dtype} arrays "
                                  "are computed")
+
+
+# ---- the y= form of the backward -----------------------------------------------------------------------
+# dz = act'(z) * dy * gain read from the forward's output y = clip(act(z) * gain, -clamp, clamp), as
+# StyleGAN's bias_act does (yy = y / gain; gradient 0 where y is not strictly inside (-clamp, clamp)):
+# - act: "linear", or an activation whose definition has a y form (_opdefs: y_form) with its y condition
+#   holding for these parameters (in float32 where the kernels compute float16 / float32 data);
+# - gain: finite and nonzero, so that y / gain gives act(z) back;
+# - an activation whose y form is its x formula read on y (y_form "same") and that is not positively
+#   homogeneous (relu6, hardtanh: breakpoints away from 0) sees y / gain at its breakpoints, which only a
+#   gain that is a power of two gives back exactly; for float16 data its float parameters (the breakpoints)
+#   must also be float16 values (the stored y is);  relu and leaky_relu (breakpoint 0: a sign) take any gain;
+# - clamp: any; the clipped elements are those with |y| >= clamp, clamp rounded as y is stored.  This
+#   differs from the x form only where |act(z) * gain| == clamp exactly (the x form passes that gradient),
+#   or where the storage rounding of y moves an element onto clamp;
+# - scale: refused (dscale = sum(dz * x) needs x; pass x).  b is fine: db = sum(dz) needs no x.
+# The y form is exact up to the storage rounding of y (dz is read at round(act(z) * gain) / gain).
+
+
+def y_form_check(fn: str, call: BiasActCall, dtype: Any, scale: Any) -> None:
+    """YFormError naming the argument where y= cannot give this call's gradient (the rules above)."""
+    act, name = call.act, call.act.name
+    if name != LINEAR:
+        if act.backward_y is None:
+            valid = ", ".join([LINEAR] + [n for n, s in OPS.items() if composable(s.defn) and s.backward_y])
+            raise YFormError(f"{fn}: y= is not supported with act={name!r}: its derivative needs the input "
+                             f"(x * scale + b); activations with a y form: {valid}")
+        if not act.supports_y(call.act_p):
+            raise YFormError(f"{fn}: y= with act={name!r} is only supported when {act.y_condition}")
+        if dtype is not None and not act.supports_y(call.act_p, dtype):
+            raise YFormError(f"{fn}: y= with act={name!r} is only supported when {act.y_condition}, in float32 "
+                             f"(where the kernels compute {dtype})")
+    gain = call.kp["gain"]
+    if gain == 0 or not math.isfinite(gain):
+        raise YFormError(f"{fn}: y= needs a finite nonzero gain (act(z) = y / gain), got parameter 'gain' = "
+                         f"{gain!r}; pass x")
+    if name != LINEAR and act.defn.y_form == "same" and not _homogeneous(call):
+        if math.frexp(abs(gain))[0] != 0.5:
+            raise YFormError(f"{fn}: y= with act={name!r} needs parameter 'gain' to be a power of two, got "
+                             f"{gain!r}: {name}'s y form reads y / gain at its breakpoints, exact only then; "
+                             "pass x")
+        if dtype is not None and np.dtype(dtype) == np.float16:
+            for k in act.defn.float_params:
+                v = call.act_p[k]
+                if float(np.float16(v)) != float(np.float32(v)):
+                    raise YFormError(f"{fn}: y= with act={name!r} on float16 needs parameter {k!r} to be a "
+                                     f"float16 value (y is stored in float16), got {v!r}; pass x")
+    if scale is not None:
+        raise YFormError(f"{fn}: y= with scale= is not supported: dscale = sum(dz * x) needs the input x; "
+                         "pass x instead of y=")
+
+
+_homogeneous_seen: dict[tuple, bool] = {}
+_PROBES = np.array([-9.0, -6.0, -3.0, -1.5, -1.0, -0.4, -0.1, 0.0, 0.1, 0.4, 1.0, 1.5, 3.0, 6.0, 9.0])
+
+
+def _homogeneous(call: BiasActCall) -> bool:
+    """act(k z) == k act(z) for k > 0 (relu, leaky_relu), probed on the float64 reference: its derivative
+    then reads only the sign of act(z), which y / gain keeps for any gain."""
+    key = (call.act.name, tuple(sorted((k, repr(v)) for k, v in call.act_p.items())))
+    hit = _homogeneous_seen.get(key)
+    if hit is None:
+        with np.errstate(all="ignore"):
+            base = call.forward_ref(_PROBES)
+            hit = all(np.allclose(call.forward_ref(_PROBES * k), base * k, rtol=1e-12, atol=0) for k in (0.3, 7.0))
+        _homogeneous_seen[key] = hit
+    return hit
+
+
+def y_clamp(clamp: float, dtype: Any) -> float:
+    """clamp as y holds it where the forward clipped: rounded to x's dtype (through float32 below float64),
+    the largest finite value where that overflows (an inf would say 'no clamp'); inf stays inf."""
+    if clamp == math.inf or np.dtype(dtype) == np.float64:
+        return clamp
+    t = np.dtype(dtype).type
+    with np.errstate(over="ignore"):
+        r = float(t(np.float32(clamp)))
+    return float(np.finfo(t).max) if r == math.inf else r
+
+
+def reference_backward_y(call: BiasActCall, dy: np.ndarray, y: np.ndarray, clamp: float | None = None) -> np.ndarray:
+    """dz from y in float64 by the rules above (clamp: as y_clamp rounds it for y's dtype)."""
+    with np.errstate(all="ignore"):
+        dy, y = np.asarray(dy, np.float64), np.asarray(y, np.float64)
+        gain = call.kp["gain"]
+        c = call.kp["clamp"] if clamp is None else clamp
+        e = dy * gain
+        if c != math.inf:
+            e = np.where(np.abs(y) >= c, 0.0, e)
+        if call.act.name == LINEAR:
+            return e
+        return call.act.backward_y(e, y / gain, **call.act_p)
 
 
 # ---- the float64 reference ----------------------------------------------------------------------------
@@ -165,9 +258,9 @@ def _writable3(a: np.ndarray, o: int, c: int, i: int) -> tuple[np.ndarray, bool]
         return np.empty((o, c, i), a.dtype), False
 
 
-def _prepare(fn: str, call: BiasActCall, x: Any, b: Any, scale: Any, dy: Any = None):
-    dispatch.same_given_dtype(fn, {"x": x, "b": b, "scale": scale, "dy": dy})
-    xa = _arrays.as_host_array(x, f"{fn}: x")
+def _prepare(fn: str, call: BiasActCall, x: Any, b: Any, scale: Any, dy: Any = None, xn: str = "x"):
+    dispatch.same_given_dtype(fn, {xn: x, "b": b, "scale": scale, "dy": dy})
+    xa = _arrays.as_host_array(x, f"{fn}: {xn}")
     dim = None if b is None and scale is None else _axis(fn, xa.shape, call.dim)
     ba = None if b is None else _side(fn, "b", b, xa, dim)
     sa = None if scale is None else _side(fn, "scale", scale, xa, dim)
@@ -215,25 +308,40 @@ def _channelwise(a: np.ndarray, xa: np.ndarray) -> bool:
 
 
 def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
-             backend: str | None) -> Any:
-    """dx, or (dx, db) with b, or (dx, db, dscale) with scale (db None without b)."""
+             backend: str | None, y: Any = None) -> Any:
+    """dx, or (dx, db) with b, or (dx, db, dscale) with scale (db None without b); from the forward's
+    output y instead of x where `y_form_check` allows it."""
     fn = label("backward")
     dispatch._check_backend(fn, backend)
     call = resolve(given, extra, fn)
-    if _refuse(fn, dy, x, b, scale, *(out if isinstance(out, (tuple, list)) else (out,))) == "dask":
+    if y is not None:
+        if x is not None:
+            raise ValueError(f"{fn}: pass the input x or the forward's output y=, not both")
+        y_form_check(fn, call, getattr(y, "dtype", None), scale)
+    elif x is None:
+        raise TypeError(f"{fn} needs the input x (or, where the activation allows it, the forward's output y=)")
+    kind = _refuse(fn, dy, x, y, b, scale, *(out if isinstance(out, (tuple, list)) else (out,)))
+    if kind == "dask":
+        if y is not None:
+            raise TypeError(f"{fn}: y= is not supported on Dask arrays; pass x")
         from . import dask_arrays
 
         return dask_arrays.call_bias_act_grad(call, dy, x, b, scale, out, backend)
-    xa, dim, ba, sa = _prepare(fn, call, x, b, scale, dy)
+    ya = None if y is None else _arrays.as_host_array(y, f"{fn}: y")
+    direction = "backward" if y is None else "backward_y"
+    xa, dim, ba, sa = _prepare(fn, call, x if y is None else ya, b, scale, dy, "x" if y is None else "y")
+    xn = "x" if y is None else "y"
     dya = _arrays.as_host_array(dy, f"{fn}: dy")
     if dya.dtype != xa.dtype:
-        raise TypeError(f"{fn}: dy has dtype {dya.dtype} but x has {xa.dtype}; they must match")
+        raise TypeError(f"{fn}: dy has dtype {dya.dtype} but {xn} has {xa.dtype}; they must match")
     if dya.shape != xa.shape:
-        raise ValueError(f"{fn}: dy has shape {dya.shape} but x has {xa.shape}; they must match")
+        raise ValueError(f"{fn}: dy has shape {dya.shape} but {xn} has {xa.shape}; they must match")
     _check_precision(call, xa.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "backward", xa.dtype.name, "numpy", backend)
+    if y is not None:
+        y_form_check(fn, call, xa.dtype, scale)  # the storage dtype now known for sure
+    mod, kernel = registry.resolve(call.key, direction, xa.dtype.name, "numpy", backend)
     outs = _out_tuple(fn, out, ba, sa)
-    ins = {n: a for n, a in (("dy", dya), ("x", xa), ("b", ba), ("scale", sa)) if a is not None}
+    ins = {n: a for n, a in (("dy", dya), (xn, xa), ("b", ba), ("scale", sa)) if a is not None}
     o, c, i = _three(xa.shape, dim)
     if outs is None:
         dx = np.empty_like(xa)
@@ -255,7 +363,10 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
     ds_full = np.empty((o, c, i), xa.dtype) if full_s else None
     want = (ba is not None and not full_b, sa is not None and not full_s)
     kp = {**call.kp, "sum_db": want[0], "sum_dscale": want[1]}
-    sums = dispatch._run(mod, kernel, _Label(fn, call), "backward", xa.dtype.name,
+    if y is not None:  # the kernel needs no b: dz comes from y alone; b only says whether db is wanted
+        kp["clamp"] = y_clamp(call.kp["clamp"], xa.dtype)
+        b3 = s3 = None
+    sums = dispatch._run(mod, kernel, _Label(fn, call), direction, xa.dtype.name,
                          (_view3(dya, o, c, i), _view3(xa, o, c, i), b3, s3, dx3, db_full, ds_full), kp)
     if not direct:
         dx[...] = dx3.reshape(dx.shape)
@@ -333,11 +444,11 @@ def bias_act(x: Any, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: A
     return forward(x, b, scale, {"act": act, "dim": dim, "gain": gain, "clamp": clamp}, act_params, out, backend)
 
 
-def bias_act_grad(dy: Any, x: Any, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: Any = None,
-                  gain: float = 1.0, clamp: float | None = None, out: Any = None, backend: str | None = None,
-                  **act_params: Any) -> Any:
+def bias_act_grad(dy: Any, x: Any = None, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: Any = None,
+                  gain: float = 1.0, clamp: float | None = None, y: Any = None, out: Any = None,
+                  backend: str | None = None, **act_params: Any) -> Any:
     return backward(dy, x, b, scale, {"act": act, "dim": dim, "gain": gain, "clamp": clamp}, act_params, out,
-                    backend)
+                    backend, y)
 
 
 def _doc() -> str:
