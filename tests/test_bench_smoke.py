@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+import multiact as ma
+from multiact.tools import bench, peers
+from multiact.tools.cli import main
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -55,3 +61,103 @@ def test_benchmark_function_runs_once():
 def test_benchmark_parameters_cover_backends_and_peers():
     cfg = _load("bench_config")
     assert "backend:numpy" in cfg.IMPLS and cfg.OPS and cfg.SIZES
+
+
+# ---- multiact bench's modes: the fused bias_act against torch's unfused code, and --framework torch ----------
+
+needs_torch = pytest.mark.skipif(not peers.available("torch")[0], reason="torch is not installed")
+
+
+def _bench_json(capsys, tmp_path, *argv: str) -> tuple[str, dict]:
+    path = tmp_path / "b.json"
+    with ma.use("numpy"):  # numba's first call of each fused kernel would compile for seconds
+        rc = main(["bench", *argv, "--threads", "1", "--samples", "3", "--resample", "0", "--json", str(path),
+                   "--no-progress"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return out, json.loads(path.read_text())
+
+
+@needs_torch
+def test_bench_bias_act_against_unfused_torch(capsys, tmp_path):
+    out, rep = _bench_json(capsys, tmp_path, "--op", "bias_act:act=gelu:approximate=tanh", "--size",
+                           "4K", "--direction", "forward,backward,forward_backward", "--backend", "numpy",
+                           "--peers", "torch")
+    rows = rep["rows"]
+    # both layouts: dim=1 of an NCHW array and dim=-1
+    assert {r["op"] for r in rows} == {f"bias_act(gelu(approximate=tanh),dim={d})" for d in (1, -1)}
+    assert {tuple(r["shape"]) for r in rows} == {(1, 64, 8, 8), (1, 4096)}
+    assert {r["direction"] for r in rows} == {"forward", "backward", "forward_backward"}
+    ours = [r for r in rows if r["kind"] == "backend"]
+    assert len(ours) == 6 and all(r["speedup_vs_best_peer"] > 0 for r in ours)
+    for r in ours:
+        lo, hi = r["speedup_range"]
+        assert lo <= r["speedup_vs_best_peer"] <= hi
+    notes = {r["direction"]: r["note"] for r in rows if r["impl"] == "torch"}
+    assert notes == {"forward": "unfused", "backward": "unfused, from saved z", "forward_backward": "unfused, autograd"}
+    assert "bias_act(gelu(approximate=tanh),dim=-1)" in out
+
+
+def test_bench_bias_act_options_are_checked_through_its_definition(capsys):
+    for spec, msg in (("bias_act:act=nosuch", "valid: linear,"), ("bias_act:act=relu:dim=2", "dim=1 (NCHW) or dim=-1"),
+                      ("bias_act:act=relu:beta=2", "unexpected keyword argument 'beta'"),
+                      ("bias_act:act=relu:clamp=-1", "'clamp'")):
+        rc = main(["bench", "--op", spec, "--size", "4K", "--no-progress"])
+        _, err = capsys.readouterr()
+        assert rc == 2 and msg in err, (spec, err)
+    rc = main(["bench", "--op", "bias_act:act=relu", "--size", "3000", "--no-progress"])
+    assert rc == 2 and "power of two" in capsys.readouterr().err
+    assert [c.label for c in bench.parse_ops("bias_act:act=leaky_relu:negative_slope=0.2:gain=1.5")] == [
+        f"bias_act(leaky_relu(negative_slope=0.2),gain=1.5,dim={d})" for d in (1, -1)]
+    assert bench.bias_act_shape(1 << 24, 1) == (64, 64, 64, 64) and bench.bias_act_shape(1 << 24, -1) == (4096, 4096)
+
+
+@needs_torch
+@pytest.mark.parametrize("spec", ["bias_act:act=relu:dim=1", "bias_act:act=sigmoid:dim=-1", "bias_act:dim=-1",
+                                  "bias_act:act=leaky_relu:negative_slope=0.2:gain=1.4:clamp=1:dim=1"])
+def test_bias_act_peer_computes_the_same(spec):
+    """torch's unfused peer and ma.bias_act agree (a wrong peer would make the ratios meaningless); sigmoid's
+    torch backward starts from y."""
+    (case,) = bench.parse_ops(spec)
+    p = dict(case.params)
+    rng = np.random.default_rng(1)
+    shape = bench.bias_act_shape(4096, p["dim"])
+    x = rng.standard_normal(shape).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    b = np.linspace(-0.5, 0.5, shape[p["dim"]]).astype(np.float32)
+    kw = {"dim": p["dim"], "gain": p["gain"], "clamp": p["clamp"], "backend": "numpy", **case.act_params()}
+    want_y = ma.bias_act(x, b, p["act"], **kw)
+    want_dx, want_db = ma.bias_act_grad(dy, x, b, p["act"], **kw)
+    fwd = bench.bind("peer:torch", case, "forward", (x, b), None, 1)
+    np.testing.assert_allclose(fwd.alloc().numpy(), want_y, rtol=1e-5, atol=1e-6)
+    for direction in ("backward", "forward_backward"):
+        bound = bench.bind("peer:torch", case, direction, (dy, x, b), None, 1)
+        dx, db = bound.alloc()
+        np.testing.assert_allclose(dx.numpy(), want_dx, rtol=1e-4, atol=1e-5, err_msg=direction)
+        np.testing.assert_allclose(db.numpy(), want_db, rtol=1e-4, atol=1e-3, err_msg=direction)
+
+
+@needs_torch
+def test_bench_framework_torch(capsys, tmp_path):
+    out, rep = _bench_json(capsys, tmp_path, "--framework", "torch", "--peers", "torch", "--op",
+                           "leaky_relu,bias_act:act=relu:dim=-1", "--size", "1K", "--dtype", "float32,bfloat16")
+    rows = rep["rows"]
+    assert rep["meta"]["framework"] == "torch"
+    assert {r["impl"] for r in rows} == {"copy", "ma.f(t)", "mt.f(t)", "torch"}
+    assert {r["direction"] for r in rows} == {"forward", "forward_backward"}
+    assert {r["dtype"] for r in rows} == {"float32", "bfloat16"}
+    ours = [r for r in rows if r["kind"] == "backend"]
+    assert len(ours) == 2 * 2 * 2 * 2 and all(r["speedup_range"][0] <= r["speedup_vs_best_peer"] for r in ours)
+    assert "ma.f(t)" in out and "mt.f(t)" in out
+    for argv, msg in ((["--direction", "backward_y"], "--framework torch times --direction"),
+                      (["--peers", "numpy"], "compares with torch only"), (["--out"], "allocating calls only"),
+                      (["--backend", "numpy"], "--backend is for --framework numpy")):
+        assert main(["bench", "--framework", "torch", "--op", "relu", "--size", "1K", *argv]) == 2
+        assert msg in capsys.readouterr().err
+
+
+def test_bench_forward_backward_on_arrays(capsys, tmp_path):
+    _, rep = _bench_json(capsys, tmp_path, "--op", "silu", "--size", "1K", "--direction", "forward_backward",
+                         "--backend", "numpy", "--peers", "numpy")
+    rows = rep["rows"]
+    assert {r["impl"] for r in rows} == {"copy", "numpy"} and all(r["bytes"] == 5 * 1024 * 4 for r in rows)

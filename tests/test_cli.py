@@ -290,8 +290,14 @@ def test_bench_plot_writes_png(tmp_path):
     res = bench.run([bench.parse_op("relu"), bench.parse_op("silu")], sizes=[512, 2048], peers=["numpy"],
                     backends=["numpy"], samples=3, budget_s=0.2)
     path = tmp_path / "p.png"
-    bench.plot(res["rows"], str(path))
+    rows = res["rows"]
+    rows[1].flags["noisy"] = "test: drawn hollow"
+    bench.plot(rows, str(path))  # time per call, the default
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    bench.plot(rows, str(tmp_path / "g.png"), metric="gbps")
+    assert (tmp_path / "g.png").read_bytes() != path.read_bytes()
+    with pytest.raises(ValueError, match="metric must be 'time' or 'gbps'"):
+        bench.plot(rows, str(path), metric="flops")
 
 
 def test_without_optional_extras(capsys, monkeypatch):
@@ -362,6 +368,160 @@ def test_bench_restores_thread_setting():
     bench.run([bench.parse_op("relu")], sizes=[256], threads=[1], directions=["forward"], peers=[],
               backends=["numpy"], samples=3, budget_s=0.1)
     assert ma.get_num_threads() == before
+
+
+# ---- bench under load: warnings, noisy rows, ratios with ranges, below-copy figures ---------------------------
+
+def _fake_load(monkeypatch, over: float) -> int:
+    """The 1-minute load average set to (usable CPUs + over); returns the CPU count."""
+    import os
+
+    from multiact.tools import sysinfo
+
+    ncpu = sysinfo.cpu()["usable_cpus"]
+    monkeypatch.setattr(os, "getloadavg", lambda: (ncpu + over, 1.0, 1.0))
+    return ncpu
+
+
+def test_bench_warns_when_the_load_reaches_the_cores(capsys, tmp_path, monkeypatch):
+    ncpu = _fake_load(monkeypatch, 0.0)  # at the core count: warned
+    path = tmp_path / "b.json"
+    rc, out, err = run(capsys, "bench", "--op", "relu", "--size", "1K", "--direction", "forward", "--peers", "none",
+                       "--backend", "numpy", "--samples", "3", "--json", str(path), "--no-progress")
+    assert rc == 0
+    assert f"WARNING: load average {ncpu:.2f} >= {ncpu} usable CPU" in err
+    head = out.splitlines()
+    assert head[0].startswith("# CPU: ") and head[1].startswith(f"# WARNING: load average {ncpu:.2f}")
+    meta = json.loads(path.read_text())["meta"]
+    assert len(meta["warnings"]) == 2 and "before the run" in meta["warnings"][0]
+    rc, again, _ = run(capsys, "bench", "--load", str(path))  # a saved run keeps its warnings
+    assert again.splitlines()[1] == head[1]
+    _fake_load(monkeypatch, -0.5)  # below: nothing said
+    rc, out, err = run(capsys, "bench", "--op", "relu", "--size", "1K", "--direction", "forward", "--peers", "none",
+                       "--backend", "numpy", "--samples", "3", "--no-progress")
+    assert rc == 0 and "WARNING" not in out + err
+    assert bench.load_warning({"load_average": [3.0], "usable_cpus": 4}) is None
+    assert "4.00 >= 4 usable CPUs" in bench.load_warning({"load_average": [4.0], "usable_cpus": 4})
+
+
+def _scripted_timing(monkeypatch, script):
+    """bench.time_interleaved replaced: call k returns script(k, i) seconds per call for function i's samples."""
+    calls = []
+
+    def fake(fns, samples=7, sample_s=2e-3, budget_s=3.0):
+        calls.append(len(fns))
+        return [(list(script(len(calls), i)), 10) for i in range(len(fns))]
+
+    monkeypatch.setattr(bench, "time_interleaved", fake)
+    return calls
+
+
+def _labels(n_backends=1):
+    return [("copy", "baseline", "out", "")] + [(f"b{i}", "backend", "alloc", "") for i in range(n_backends)] + [
+        ("torch", "peer", "alloc", "")]
+
+
+_META = dict(op="relu", direction="forward", dtype="float32", size=1 << 24, threads=1, bytes=8 << 24)
+_STEADY = (1.0, 1.0, 1.0, 1.0, 1.0)
+_NOISY = (1.0, 1.0, 2.0, 5.0, 9.0)  # IQR 4 over a median of 2
+
+
+def test_bench_noisy_rows_are_resampled_then_flagged(monkeypatch):
+    # noisy every time: timed 1 + 2 times, then flagged, with the try count
+    calls = _scripted_timing(monkeypatch, lambda k, i: _NOISY if i == 1 else _STEADY)
+    rows = bench.timed_rows([None] * 3, _labels(), _META, resample=2, max_spread=0.25)
+    assert len(calls) == 3
+    copy, ours, peer = rows
+    assert ours.flags.keys() == {"noisy"} and "IQR 200%" in ours.flags["noisy"] and "after 3 timings" in ours.flags[
+        "noisy"]
+    assert not copy.flags and not peer.flags and {r.attempts for r in rows} == {3}
+    # the ratio comes with the range the quartiles allow, and it holds the ratio
+    lo, hi = ours.speedup_range
+    assert lo <= ours.speedup <= hi and (lo, hi) == (1.0 / 5.0, 1.0 / 1.0)
+    # quiet on the second try: that try is kept, nothing flagged
+    calls = _scripted_timing(monkeypatch, lambda k, i: _NOISY if (k, i) == (1, 1) else _STEADY)
+    rows = bench.timed_rows([None] * 3, _labels(), _META, resample=2, max_spread=0.25)
+    assert len(calls) == 2 and not any(r.flags for r in rows) and rows[1].attempts == 2
+    # --resample 0: one try
+    calls = _scripted_timing(monkeypatch, lambda k, i: _NOISY if i == 1 else _STEADY)
+    bench.timed_rows([None] * 3, _labels(), _META, resample=0, max_spread=0.25)
+    assert len(calls) == 1
+
+
+def test_bench_flags_figures_below_the_copy_with_the_reason(monkeypatch):
+    fast = lambda k, i: tuple(v * (0.5 if i == 1 else 1.0) for v in _STEADY)  # noqa: E731
+    _scripted_timing(monkeypatch, fast)
+    monkeypatch.setattr(bench, "cache_sizes", lambda: {1: 32 << 10, 2: 512 << 10, 3: 32 << 20})
+    rows = bench.timed_rows([None] * 3, _labels(), _META)  # 128 MiB: beyond the cache
+    why = rows[1].flags[bench.BELOW_COPY]
+    assert bench.BELOW_COPY == "below copy (streaming stores / cache)"
+    assert why.startswith("streaming stores") and "read-for-ownership" in why and "noise" not in why
+    assert not rows[2].flags and rows[1].vs_copy == 0.5
+    small = {**_META, "size": 1024, "bytes": 8 << 10}
+    why = bench.timed_rows([None] * 3, _labels(), small)[1].flags[bench.BELOW_COPY]
+    assert why.startswith("cache: its 8 KiB read + written fit in the 512 KiB L2 cache")
+    middle = {**_META, "size": 1 << 20, "bytes": 8 << 20}
+    why = bench.timed_rows([None] * 3, _labels(), middle)[1].flags[bench.BELOW_COPY]
+    assert why.startswith("cache or streaming stores: its 8 MiB read + written may fit in the 32 MiB last-level")
+    # a noisy copy: the reason says noise may be it
+    _scripted_timing(monkeypatch, lambda k, i: _NOISY if i == 0 else tuple(0.5 * v for v in _STEADY))
+    why = bench.timed_rows([None] * 3, _labels(), _META, resample=0)[1].flags[bench.BELOW_COPY]
+    assert "or noise (IQR 0%, the copy's 200%)" in why
+
+
+def test_bench_table_shows_flags_and_ranges(capsys, monkeypatch):
+    _fake_load(monkeypatch, -0.5)
+    monkeypatch.setattr(bench, "cache_sizes", lambda: {2: 512 << 10, 3: 32 << 20})
+    _scripted_timing(monkeypatch, lambda k, i: _NOISY if i == 1 else tuple(0.5 * v for v in _STEADY) if i == 2
+                     else _STEADY)
+    rc, out, err = run(capsys, "bench", "--op", "relu", "--size", "1K", "--direction", "forward", "--peers", "numpy",
+                       "--backend", "numpy", "--resample", "1", "--max-spread", "30", "--no-progress")
+    assert rc == 0, err
+    ours = next(line for line in out.splitlines() if "ma:numpy" in line)
+    peer = next(line for line in out.splitlines() if "np formula" in line)
+    assert ours.rstrip().endswith("noisy") and "200%" in ours and "0.25x [0.1, 0.5]" in ours
+    assert peer.rstrip().endswith(bench.BELOW_COPY) and "0.5 [0.5, 0.5]" in peer
+    assert "noisy: 1 row(s) with an IQR over 30% of the median, after timing the configuration again up to 1 times" \
+        in out
+    assert f"{bench.BELOW_COPY}: faster than np.copyto" in out and "relu fwd float32 1K np formula: cache: " in out
+    rc, out, err = run(capsys, "bench", "--op", "relu", "--resample", "-1")
+    assert rc == 2 and "--resample must be 0 or more" in err
+
+
+def test_bench_under_a_real_busy_loop(capsys, tmp_path):
+    """`multiact bench` beside a busy loop pinned to the one CPU it may use: it completes, flags rows exactly
+    where their IQR is over the limit, and warns exactly when the load average reaches that one CPU.  (The load
+    average follows a busy loop only over tens of seconds, so whether it warns here depends on the machine;
+    the warning's own test fakes the load.)"""
+    import os
+
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no sched_setaffinity on this platform")
+    mine = os.sched_getaffinity(0)
+    cpu = min(mine)
+    path = tmp_path / "b.json"
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(busy.pid, {cpu})
+        os.sched_setaffinity(0, {cpu})
+        rc, out, err = run(capsys, "bench", "--op", "relu", "--size", "1K,64K", "--direction", "forward", "--peers",
+                           "numpy", "--backend", "numpy", "--threads", "1", "--samples", "5", "--resample", "1",
+                           "--json", str(path), "--no-progress")
+    finally:
+        os.sched_setaffinity(0, mine)
+        busy.kill()
+        busy.wait()
+    assert rc == 0, err
+    rep = json.loads(path.read_text())
+    rows = rep["rows"]
+    assert len(rows) == 6 and rep["meta"]["cpu"]["usable_cpus"] == 1
+    for r in rows:
+        assert ("noisy" in r["flags"]) == (r["spread"] > bench.MAX_SPREAD), r
+    lines = [line for line in out.splitlines() if " ma:numpy " in line or " copy " in line or " np formula" in line]
+    assert sum("noisy" in line for line in lines) == sum("noisy" in r["flags"] for r in rows)
+    said = rep["meta"]["warnings"]
+    assert bool(said) == any(load >= 1 for load in (rep["meta"]["load_before"][0], rep["meta"]["load_after"][0]))
+    assert all(f"# {w}" in out and w in err for w in said)
 
 
 # ---- demo -------------------------------------------------------------------------

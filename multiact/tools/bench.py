@@ -570,15 +570,21 @@ def flag(rows: Sequence[Row], max_spread: float = MAX_SPREAD) -> None:
     median), and BELOW_COPY (faster than np.copyto of the same bytes), each with its reason."""
     copy = next((r for r in rows if r.kind == "baseline"), None)
     llc = last_level_cache()
+    per_core = cache_sizes().get(2)
     for r in rows:
         if r.spread > max_spread:
             again = f" after {r.attempts} timings" if r.attempts > 1 else ""
             r.flags["noisy"] = f"IQR {r.spread:.0%} of the median (over {max_spread:.0%}){again}"
         if r.kind == "baseline" or copy is None or r.median_s >= copy.median_s:
             continue
-        if llc and r.bytes <= llc:
-            why = (f"cache: its {_bytes(r.bytes)} read + written fit in the {_bytes(llc)} last-level cache, where "
-                   "the copy's time is call overhead and cache bandwidth, not the memory limit")
+        if llc and r.bytes <= (per_core or llc):
+            why = (f"cache: its {_bytes(r.bytes)} read + written fit in the {_bytes(per_core or llc)} "
+                   f"{'L2' if per_core else 'last-level'} cache, where the copy's time is call overhead and cache "
+                   "bandwidth, not the memory limit")
+        elif llc and r.bytes <= llc:
+            why = (f"cache or streaming stores: its {_bytes(r.bytes)} read + written may fit in the {_bytes(llc)} "
+                   "last-level cache (shared with the other cores), and a kernel that writes with non-temporal "
+                   "stores skips the read-for-ownership of the destination that np.copyto's stores pay")
         else:
             why = ("streaming stores: beyond the cache a kernel that writes with non-temporal stores skips the "
                    "read-for-ownership of the destination that np.copyto's stores pay")
@@ -588,22 +594,33 @@ def flag(rows: Sequence[Row], max_spread: float = MAX_SPREAD) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def last_level_cache() -> int | None:
-    """Bytes of CPU 0's largest cache (Linux sysfs), or None where it cannot be read."""
+def cache_sizes() -> dict[int, int]:
+    """{level: bytes} of CPU 0's data/unified caches (Linux sysfs); {} where they cannot be read."""
     base = "/sys/devices/system/cpu/cpu0/cache"
-    best = None
+    sizes: dict[int, int] = {}
     try:
-        for entry in os.listdir(base):
+        for entry in sorted(os.listdir(base)):
             if not entry.startswith("index"):
                 continue
-            with open(os.path.join(base, entry, "size"), encoding="ascii") as f:
-                text = f.read().strip().upper()
+            if _read(base, entry, "type") == "Instruction":
+                continue
+            text = _read(base, entry, "size").upper()
             mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-            size = int(text.rstrip("KMG")) * mult
-            best = size if best is None else max(best, size)
+            sizes[int(_read(base, entry, "level"))] = int(text.rstrip("KMG")) * mult
     except (OSError, ValueError):
-        return best
-    return best
+        return sizes
+    return sizes
+
+
+def _read(*path: str) -> str:
+    with open(os.path.join(*path), encoding="ascii") as f:
+        return f.read().strip()
+
+
+def last_level_cache() -> int | None:
+    """Bytes of CPU 0's largest cache, or None where it cannot be read."""
+    sizes = cache_sizes()
+    return max(sizes.values()) if sizes else None
 
 
 def _bytes(n: int) -> str:

@@ -348,7 +348,7 @@ def _flag_lines(rows: Sequence[Any], max_spread: float | None, resample: int | N
     noisy = [r for r in rows if "noisy" in r.flags]
     if noisy:
         limit = "" if max_spread is None else f" over {max_spread:.0%}"
-        again = "" if resample is None else f", after timing the configuration again up to {resample} times"
+        again = "" if not resample else f", after timing the configuration again up to {resample} times"
         lines.append(f"noisy: {len(noisy)} row(s) with an IQR{limit} of the median{again}: read their figures "
                      "(and ratios with them) as rough; rerun on an idle machine")
     below = [r for r in rows if BELOW_COPY in r.flags]
