@@ -138,11 +138,19 @@ def {name}(x{pre}, *, out=None, backend=None):
                 _annotate(e, hit)
                 raise
             return res
+    elif type(x) is _tt[0] and {fast}(backend is None or type(backend) is str):
+        hit = _cache.get(('forward', x.dtype{keys}, backend, _prefs()))
+        if hit is not None:
+            res = _thot(hit, _FN, ('x',), (x,), out)
+            if res is not _MISS:
+                return res
     return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)
 """
 
 # One hot path for x and y= (a cached backward_y passed _grad's y= checks for these parameters and
 # this dtype before it was cached; an op without a y-form never has one, so y= reaches _grad's message).
+# Plain CPU tensors take dispatch.tensor_hot the same way (keyed by the torch dtype), which hands any call
+# it cannot vouch for back to the checked path.
 _FAST_GRAD = """
 def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
     if type(dy) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
@@ -164,6 +172,17 @@ def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
                     _annotate(e, hit)
                     raise
                 return res
+    elif type(dy) is _tt[0] and {fast}(backend is None or type(backend) is str):
+        if y is None:
+            a, d, an = x, 'backward', 'x'
+        else:
+            a, d, an = (y, 'backward_y', 'y') if x is None else (None, None, None)
+        if type(a) is _tt[0]:
+            hit = _cache.get((d, a.dtype{keys}, backend, _prefs()))
+            if hit is not None:
+                res = _thot(hit, _FN_GRAD, ('dy', an), (dy, a), out)
+                if res is not _MISS:
+                    return res
     return _grad(_spec, dy, x, y, {pdict}, out, backend)
 """
 
@@ -198,6 +217,7 @@ def _make(spec: OpSpec) -> dict[str, Any]:
         "_spec": spec, "_call": dispatch.call, "_grad": _grad, "_nd": np.ndarray, "_empty_like": np.empty_like,
         "_cache": dispatch.fast_cache(spec), "_prefs": registry.preference_key, "_NUM": _NUM,
         "_zero_key": _zero_key, "_check_out": dispatch.check_out, "_annotate": dispatch.annotate,
+        "_tt": dispatch.TENSOR, "_thot": dispatch.tensor_hot, "_MISS": dispatch.MISS,
         "_FN": spec.label("forward"), "_FN_GRAD": spec.label("backward"), "REQUIRED": REQUIRED,
     }
     if any(p.kind == "array" for p in spec.params):  # prelu's weight: always the checked path

@@ -296,8 +296,11 @@ def call(
         check_out(fn, res, arrs, like)
     hit = _Fast(kernel, p, mod, f"{key} {direction} in {dtype}")
     run_fast(hit, ins + (res,))
-    if spec.name != "prelu" and _plain(named, out) and all(arrs[n] is a for n, a in named.items()):
-        _remember(spec, direction, like.dtype, backend, hit)
+    if spec.name != "prelu":
+        if _plain(named, out) and all(arrs[n] is a for n, a in named.items()):
+            _remember(spec, direction, like.dtype, backend, hit)
+        elif _plain_tensors(named, out):
+            _remember(spec, direction, next(iter(named.values())).dtype, backend, hit)
     if out is not None:
         _arrays.mark_written(out)
         return out
@@ -307,6 +310,80 @@ def call(
 def _plain(named: dict[str, Any], out: Any) -> bool:
     """Only calls on plain NumPy arrays are remembered for the hot path (which takes nothing else)."""
     return (out is None or type(out) is np.ndarray) and all(type(a) is np.ndarray for a in named.values())
+
+
+# ---- the tensor hot path -------------------------------------------------------------------------
+#
+# A call on plain CPU tensors (type torch.Tensor, not a subclass: Parameter, FakeTensor and the like take
+# the checked path) whose (direction, torch dtype, parameter values, backend preference) was seen before
+# runs its cached kernel on NumPy views of the tensors, after the checked path's own checks of its arrays:
+# one dtype and shape (else the checked path raises), out= a plain CPU tensor of x's dtype (not bfloat16,
+# not requiring grad under grad mode: as_host_array's refusals), check_out, and the version counter bumped
+# after the write.  bfloat16 runs the float32 kernel on a float32 copy and rounds the result back.
+
+TENSOR: list[Any] = [None]  # torch.Tensor once torch is imported (the generated functions' type test)
+MISS = object()  # the hot path cannot vouch for this call: take the checked path
+
+
+def _plain_tensors(named: dict[str, Any], out: Any) -> bool:
+    """Only calls on plain CPU tensors are remembered for the tensor hot path."""
+    if sys.modules.get("torch") is None:
+        return False
+    if TENSOR[0] is None:
+        _torch_ready()
+    T = TENSOR[0]
+    return (out is None or (type(out) is T and out.is_cpu)) and all(
+        type(a) is T and a.is_cpu for a in named.values())
+
+
+def _view(a: Any) -> np.ndarray:
+    return a.detach().numpy() if a.requires_grad else a.numpy()
+
+
+def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any) -> Any:
+    """Run a cached call on plain CPU tensors (ins[-1] is the array whose dtype and shape the result
+    takes; the generated function checked its type); MISS where the checked path must decide (another
+    device, dtype or shape, an out= it refuses)."""
+    like = ins[-1]
+    if not like.is_cpu:
+        return MISS
+    dt = like.dtype
+    if len(ins) == 2:
+        a = ins[0]
+        if type(a) is not TENSOR[0] or a.dtype != dt or a.shape != like.shape or not a.is_cpu:
+            return MISS
+    if dt is _BF16[0]:
+        if out is not None:
+            return MISS  # the checked path refuses a bfloat16 out by name
+        arrs = tuple(a.detach().float().numpy() for a in ins)
+        res = np.empty_like(arrs[-1])
+        run_fast(hit, (*arrs, res))
+        return _FROM_NUMPY[0](res).to(dt)
+    arrs = (_view(like),) if len(ins) == 1 else (_view(ins[0]), _view(like))
+    if out is None:
+        res = np.empty_like(arrs[-1])
+        try:
+            hit.kernel(*arrs, res, hit.p)
+        except Exception as e:
+            annotate(e, hit)
+            raise
+        return _FROM_NUMPY[0](res)
+    if type(out) is not TENSOR[0] or out.dtype != dt or not out.is_cpu:
+        return MISS
+    res = _arrays.as_host_array(out, f"{fn}: out", writeable=True)  # refuses an out that requires grad
+    check_out(fn, res, dict(zip(names, arrs, strict=True)), arrs[-1])
+    run_fast(hit, (*arrs, res))
+    _arrays.mark_written(out)
+    return out
+
+
+_BF16: list[Any] = [None]
+_FROM_NUMPY: list[Any] = [None]
+
+
+def _torch_ready() -> None:
+    torch = sys.modules["torch"]
+    TENSOR[0], _BF16[0], _FROM_NUMPY[0] = torch.Tensor, torch.bfloat16, torch.from_numpy
 
 
 def _call_masked(spec: OpSpec, direction: str, named: dict, p: dict, out: Any, backend: str | None) -> Any:

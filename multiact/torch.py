@@ -35,7 +35,7 @@ from torch import nn
 
 import multiact as _multiact
 
-from . import dispatch, fused_bias_act, gated
+from . import api, dispatch, fused_bias_act, gated, registry
 from ._opdefs import COMPOSITES, GATED, CompositeDef
 from .optable import OPS, REQUIRED, OpSpec
 
@@ -514,14 +514,81 @@ def _doc(spec: OpSpec) -> str:
     )
 
 
+# ---- the eager hot path ----------------------------------------------------------------------------
+#
+# A custom op costs tens of microseconds per call in eager mode (torch.library's Python dispatch), several
+# times torch's own function on a small tensor.  So in eager mode a plain CPU tensor whose call the
+# dispatcher has cached (the tensor hot path, dispatch.tensor_hot: same checks, same kernel) skips it: no
+# autograd needed -> the kernel straight away; autograd needed -> _Eager, an autograd.Function whose backward
+# runs the cached backward kernel, or the differentiable custom op <op>_grad when the backward itself is
+# recorded (create_graph=True: second order).  Anything else takes the custom ops: torch.compile/export
+# (is_compiling), torch.jit.trace, torch.func transforms, torch function/dispatch modes, subclasses
+# (Parameter, FakeTensor), other devices, inplace=True, tensor parameters, and the first call of a kind.
+
+
+def _eager() -> bool:
+    """Whether a call runs eagerly with no tracer, transform or mode that must see the custom op."""
+    return not (_compiling() or _C._is_tracing() or _C._are_functorch_transforms_active()
+                or _C._is_torch_function_mode_enabled() or _C._len_torch_dispatch_stack())
+
+
+_C = torch._C
+_compiling = torch.compiler.is_compiling
+_X, _DY_X = ("x",), ("dy", "x")
+
+
+class _Eager(torch.autograd.Function):
+    """One op's forward with autograd on the tensor hot path (see above)."""
+
+    @staticmethod
+    def forward(ctx, x, s: _OpSet, hit, key: tuple, vals: tuple):
+        ctx.save_for_backward(x)
+        ctx.s, ctx.key, ctx.vals = s, key, vals
+        return dispatch.tensor_hot(hit, s.spec.label("forward"), _X, (x,), None)
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        s = ctx.s
+        if not _C.is_grad_enabled() and type(g) is torch.Tensor:  # not recorded: no second order
+            hit = dispatch.fast_cache(s.spec).get(("backward", *ctx.key, registry.preference_key()))
+            if hit is not None:
+                dx = dispatch.tensor_hot(hit, s.spec.label("backward"), _DY_X, (g, x), None)
+                if dx is not dispatch.MISS:
+                    return dx, None, None, None, None
+        kinds = (p.kind for p in s.spec.params)
+        args = [_float(v) if k == "float" else v for v, k in zip(ctx.vals, kinds, strict=False)]
+        return s.grad(g, x, *args), None, None, None, None
+
+
 def _make_function(spec: OpSpec):
     plist, pdict = _signature(spec)
     pre = f", {plist}" if plist else ""
+    fast, keys = api._fast_terms(spec)
+    values = "".join(f"{p.name}, " for p in spec.params)
+    if any(p.kind == "array" for p in spec.params):  # prelu's weight: always the custom ops
+        body = ""
+    else:
+        body = (
+            f"    if type(x) is _T and not inplace and {fast}(backend is None or type(backend) is str) and _eager():\n"
+            f"        k = (x.dtype{keys}, backend)\n"
+            f"        hit = _cache.get(('forward', *k, _prefs()))\n"
+            f"        if hit is not None and x.is_cpu:\n"
+            f"            if x.requires_grad and _grad_on():\n"
+            f"                return _Eager.apply(x, _set, hit, k, ({values}backend,))\n"
+            f"            return _thot(hit, _FN, _X, (x,), None)\n"
+        )
     src = (
         f"def {spec.name}(x{pre}, *, inplace=False, backend=None):\n"
+        f"{body}"
         f"    return _apply(_spec, x, {pdict}, inplace, backend)\n"
     )
-    ns: dict[str, Any] = {"_spec": spec, "_apply": _apply}
+    ns: dict[str, Any] = {
+        "_spec": spec, "_apply": _apply, "_T": torch.Tensor, "_eager": _eager, "_NUM": api._NUM,
+        "_zero_key": api._zero_key, "_cache": dispatch.fast_cache(spec), "_prefs": registry.preference_key,
+        "_grad_on": _C.is_grad_enabled, "_Eager": _Eager, "_set": SETS[spec.name], "_thot": dispatch.tensor_hot,
+        "_FN": spec.label("forward"), "_X": _X,
+    }
     exec(compile(src, f"<multiact.torch.{spec.name}>", "exec"), ns)  # noqa: S102 - generated from the op table
     f = ns[spec.name]
     f.__doc__ = _doc(spec)
