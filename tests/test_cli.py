@@ -285,6 +285,20 @@ def test_every_peer_computes_the_same_function(peer):
                 np.testing.assert_allclose(out, want, rtol=2e-3, atol=2e-3, err_msg=f"{peer} {opname} {direction} out")
 
 
+def test_a_peer_that_ignores_a_parameter_is_not_timed(monkeypatch):
+    """At non-default parameters a peer's forward is checked first: one that ignores the parameter (as torch's
+    F.selu has no alpha) says so instead of timing another function."""
+    monkeypatch.setattr(peers, "_reproduces", {})
+    op = bench.parse_op("leaky_relu:negative_slope=0.2")
+    x = np.linspace(-3, 3, 64, dtype=np.float32)
+    assert not isinstance(bench.bind("peer:numpy", op, "forward", (x,), np.empty_like(x), 1), str)
+    monkeypatch.setattr(peers, "_reproduces", {})
+    monkeypatch.setitem(peers._NUMPY_FWD, "leaky_relu", lambda x, p, out=None: np.where(x > 0, x, 0.01 * x))
+    why = bench.bind("peer:numpy", op, "forward", (x,), np.empty_like(x), 1)
+    assert why == "no peer: numpy's leaky_relu does not take negative_slope=0.2"
+    assert peers.reproduces("numpy", "leaky_relu", {"negative_slope": 0.01}) is None  # the defaults: as tested above
+
+
 def test_bench_plot_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     res = bench.run([bench.parse_op("relu"), bench.parse_op("silu")], sizes=[512, 2048], peers=["numpy"],

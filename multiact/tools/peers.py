@@ -80,7 +80,40 @@ def make(peer: str, op: str, direction: str, params: dict[str, Any], arrays: tup
         return why
     if not covers(peer, op, direction):
         return f"no peer: {peer} has no {op} {direction}"
+    differs = reproduces(peer, op, params)
+    if differs:
+        return differs
     return {"torch": _torch, "onnxruntime": _ort, "numpy": _numpy}[peer](op, direction, params, arrays, out, threads)
+
+
+_reproduces: dict[tuple, str | None] = {}
+
+
+def reproduces(peer: str, op: str, params: dict[str, Any]) -> str | None:
+    """None where the peer's forward computes the op at these parameters, else why not.
+
+    At the op's defaults every peer does (tests/test_cli.py checks it); at other values a peer that has no
+    such parameter (torch's F.selu has no alpha; ONNX's HardSigmoid is bound at 1/6) would time another
+    function, so its forward is checked on a probe against the float64 reference first."""
+    spec = OPS[op]
+    defaults = spec.defaults()
+    if all(params.get(k, v) == v for k, v in defaults.items()) or op == "prelu":
+        return None
+    key = (peer, op, tuple(sorted((k, v) for k, v in params.items() if k in defaults)))
+    if key not in _reproduces:
+        x = np.linspace(-6, 6, 97, dtype=np.float32) + np.float32(0.013)
+        got = {"torch": _torch, "onnxruntime": _ort, "numpy": _numpy}[peer](op, "forward", params, (x,),
+                                                                            np.empty_like(x), 1)
+        want = spec.forward(x.astype(np.float64), **params)
+        shown = ", ".join(f"{k}={v}" for k, v in params.items() if k in defaults and v != defaults[k])
+        why = f"no peer: {peer}'s {op} does not take {shown}"
+        if not isinstance(got, str):
+            with np.errstate(all="ignore"):
+                res = np.asarray(got.alloc(), dtype=np.float64)
+            if np.allclose(res, want, rtol=2e-3, atol=2e-3, equal_nan=True):
+                why = None
+        _reproduces[key] = why
+    return _reproduces[key]
 
 
 # ---- PyTorch ----------------------------------------------------------------
@@ -255,6 +288,9 @@ def make_bias_act(peer: str, act: str, act_params: dict[str, Any], dim: int, gai
         return f"no peer: {peer} has no unfused bias_act here (torch's is the reference)"
     if act != "linear" and act not in _TORCH_OPS:
         return f"no peer: torch has no {act}"
+    differs = None if act == "linear" else reproduces("torch", act, act_params)
+    if differs:
+        return differs
     import torch
 
     torch.set_num_threads(threads)
