@@ -407,7 +407,7 @@ def test_bench_warns_when_the_load_reaches_the_cores(capsys, tmp_path, monkeypat
     head = out.splitlines()
     assert head[0].startswith("# CPU: ") and head[1].startswith(f"# WARNING: load average {ncpu:.2f}")
     meta = json.loads(path.read_text())["meta"]
-    assert len(meta["warnings"]) == 2 and "before the run" in meta["warnings"][0]
+    assert meta["warnings"] == [head[1][2:]] and f"{ncpu:.2f} before the run, {ncpu:.2f} after," in head[1]
     rc, again, _ = run(capsys, "bench", "--load", str(path))  # a saved run keeps its warnings
     assert again.splitlines()[1] == head[1]
     _fake_load(monkeypatch, -0.5)  # below: nothing said
@@ -416,6 +416,13 @@ def test_bench_warns_when_the_load_reaches_the_cores(capsys, tmp_path, monkeypat
     assert rc == 0 and "WARNING" not in out + err
     assert bench.load_warning({"load_average": [3.0], "usable_cpus": 4}) is None
     assert "4.00 >= 4 usable CPUs" in bench.load_warning({"load_average": [4.0], "usable_cpus": 4})
+    assert "4.50 before the run, 3.00 after, >= 4" in bench.load_warning({"load_average": [3.0], "usable_cpus": 4},
+                                                                         [4.5])
+    saved = json.loads(path.read_text())  # a file saved before warnings were recorded: its load says it
+    del saved["meta"]["warnings"]
+    path.write_text(json.dumps(saved))
+    rc, again, _ = run(capsys, "bench", "--load", str(path))
+    assert again.splitlines()[1] == head[1]
 
 
 def _scripted_timing(monkeypatch, script):

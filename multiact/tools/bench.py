@@ -565,6 +565,25 @@ def timed_rows(fns: Sequence[Callable[[], Any]], labels: Sequence[tuple[str, str
     return made
 
 
+def relink(rows: Sequence[Row], max_spread: float = MAX_SPREAD) -> None:
+    """Rows of a run saved before ranges and flags were recorded (a --json file): each configuration's
+    copy and best-peer quartiles set from its own rows, and its flags, as a fresh run has them."""
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.op, r.direction, r.dtype, r.size, r.threads), []).append(r)
+    for made in groups.values():
+        copy = next((r for r in made if r.kind == "baseline"), None)
+        for r in made:
+            if copy is not None and r.copy_q is None:
+                r.copy_s, r.copy_q = copy.median_s, (copy.q1_s, copy.q3_s)
+            peer_rows = [q for q in made if q.kind == "peer" and q.mode == r.mode]
+            if r.kind == "backend" and peer_rows and r.best_peer_q is None:
+                fastest = min(peer_rows, key=lambda q: q.median_s)
+                r.best_peer_s, r.best_peer_q = fastest.median_s, (fastest.q1_s, fastest.q3_s)
+        if not any(r.flags for r in made):
+            flag(made, max_spread)
+
+
 def flag(rows: Sequence[Row], max_spread: float = MAX_SPREAD) -> None:
     """Mark the rows whose figures should not be read as they stand: 'noisy' (IQR over max_spread of the
     median), and BELOW_COPY (faster than np.copyto of the same bytes), each with its reason."""
@@ -630,15 +649,17 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-def load_warning(cpu: dict[str, Any]) -> str | None:
+def load_warning(cpu: dict[str, Any], before: Sequence[float] | None = None) -> str | None:
     """A warning when the 1-minute load average is at or above the CPUs this process may use (from a
-    `sysinfo.cpu()` dict, this run's or a saved one's), else None: other work then holds the cores, and
-    a sample can stall for a scheduler tick."""
+    `sysinfo.cpu()` dict, this run's or a saved one's; with `before`, the load average before the run
+    too, either reaching it warns), else None: other work then holds the cores, and a sample can stall
+    for a scheduler tick."""
     load = cpu.get("load_average")
     ncpu = cpu.get("usable_cpus") or cpu.get("logical_cpus")
-    if not load or not ncpu or load[0] < ncpu:
+    if not load or not ncpu or max(load[0], before[0] if before else 0.0) < ncpu:
         return None
-    return (f"WARNING: load average {load[0]:.2f} >= {ncpu} usable CPU{'s' if ncpu > 1 else ''}: other processes "
+    said = f"{load[0]:.2f}" if not before else f"{before[0]:.2f} before the run, {load[0]:.2f} after,"
+    return (f"WARNING: load average {said} >= {ncpu} usable CPU{'s' if ncpu > 1 else ''}: other processes "
             "hold the cores, so timings are noisy and ratios unreliable (noisy rows are flagged); rerun on an idle "
             "machine")
 

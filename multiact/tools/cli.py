@@ -239,9 +239,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
             saved = json.load(f)
         res = {**saved, "rows": [bench.Row.from_dict(r) for r in saved["rows"]]}
         meta = saved.get("meta", {})
+        bench.relink(res["rows"], meta.get("max_spread", bench.MAX_SPREAD))  # an older file: ranges and flags
         saved_cpu = meta.get("cpu", {})
         print(bench.header(saved_cpu))  # the CPU the run was measured on, not this one
-        for w in meta.get("warnings", []):
+        said = meta.get("warnings")
+        if said is None:  # saved before warnings were: the load it recorded says it
+            said = [w for w in [bench.load_warning(saved_cpu, meta.get("load_before"))] if w]
+        for w in said:
             print(f"# {w}")
         print(render_bench_wide(res) if args.wide else render_bench(res, meta.get("max_spread"), meta.get("resample")))
         print(f"\nsaved {meta.get('date', '?')} on {sysinfo.summary(saved_cpu)}, "
@@ -293,11 +297,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     bar = None if args.no_progress else (lambda it, n: progress(it, n, "multiact bench"))
     before = sysinfo.cpu()
     load_before = before.get("load_average")
-    warnings = []
     w = bench.load_warning(before)
-    if w:
-        warnings.append(f"{w} (before the run)")
-        print(f"multiact bench: {warnings[-1]}", file=sys.stderr, flush=True)  # now, not after minutes of timing
+    if w:  # now, not after minutes of timing
+        print(f"multiact bench: {w} (before the run)", file=sys.stderr, flush=True)
     spread = args.max_spread / 100
     t0 = time.perf_counter()
     if torch_mode:
@@ -308,10 +310,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                         samples=args.samples, progress=bar, resample=args.resample, max_spread=spread)
     wall = time.perf_counter() - t0
     machine = sysinfo.cpu()
-    w = bench.load_warning(machine)
-    if w:
-        warnings.append(f"{w} (after the run)")
-        print(f"multiact bench: {warnings[-1]}", file=sys.stderr, flush=True)
+    warnings = [w for w in [bench.load_warning(machine, load_before)] if w]
+    if warnings:
+        print(f"multiact bench: {warnings[0]}", file=sys.stderr, flush=True)
     print(bench.header(machine))
     for w in warnings:
         print(f"# {w}")
@@ -367,7 +368,7 @@ def _flag_lines(rows: Sequence[Any], max_spread: float | None, resample: int | N
 
 def render_bench(res: dict[str, Any], max_spread: float | None = None, resample: int | None = None) -> str:
     """The results table (every ratio with the range its quartiles allow, flags), what was not timed and why."""
-    from .bench import SHORT_DIRECTION, display_name, size_label
+    from .bench import ENTRY_LABELS, SHORT_DIRECTION, display_name, size_label
 
     lines = []
     for p, why in res["missing_peers"].items():
@@ -393,6 +394,9 @@ def render_bench(res: dict[str, Any], max_spread: float | None = None, resample:
     lines.append(table(out, ["op", "dir", "dtype", "size", "thr", "mode", "impl", "us/call", "ns/elem", "GB/s",
                              "x copy [range]", "IQR", "vs best peer [range]", "flags"], "llllrllrrrrrrl"))
     notes = sorted({f"{display_name(r)} *: {r.note}" for r in res["rows"] if r.note})
+    if any(r.impl in ENTRY_LABELS for r in res["rows"]):
+        lines.append("ma.f(t): ma.<op>(tensor) (fwd+bwd: ma.<op> then ma.<op>_grad); mt.f(t): multiact.torch.<op>"
+                     "(tensor), through autograd for fwd+bwd; torch: torch's own function.")
     lines.append("ma:B = multiact backend B; copy = np.copyto of the same bytes (the bandwidth limit); x copy: time "
                  "over the copy's;\nIQR: interquartile range over the median; vs best peer: the fastest peer's time "
                  "over multiact's (same mode;\nabove 1: multiact faster); [range]: the ratio the quartiles allow "

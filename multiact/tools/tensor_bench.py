@@ -144,7 +144,7 @@ def run(ops: Sequence[B.OpCase], dtypes: Sequence[str] = ("float32",), sizes: Se
             src = torch.ones(max(1, B.STREAMS[d] * n // 2), dtype=tdt)
             dst = torch.empty_like(src)
             fns.insert(0, lambda s=src, o=dst: o.copy_(s))
-            labels.insert(0, ("copy", "baseline", "out", ""))
+            labels.insert(0, ("copy", "baseline", "out", "Tensor.copy_ of the same bytes"))
             meta = dict(op=op.label, direction=d, dtype=dt, size=n, threads=t, bytes=B.STREAMS[d] * n * x.itemsize,
                         shape=tuple(shape) if op.op == B.BIAS_ACT else None)
             rows += B.timed_rows(fns, labels, meta, samples, budget_s, resample, max_spread)
