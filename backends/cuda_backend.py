@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from multiact._layout import coalesce
+from multiact.optable import BIAS_ACT_KEYS as _BIAS_ACT_KEYS
 from multiact.optable import DIRECTIONS as _DIRECTIONS
 from multiact.optable import FAMILY_KEYS as _FAMILY_KEYS
 from multiact.optable import KEYS as _KEYS
@@ -164,6 +165,8 @@ def supports(key: str, direction: str, dtype: str) -> bool:
         return False
     if key in _FAMILY_KEYS:
         return direction in _FAMILY_IO and _F.family_formulas(key) is not None
+    if key in _BIAS_ACT_KEYS:
+        return _bias_supports(key, direction)
     return key in _KEYS and _KEYS[key].has(direction)
 
 
@@ -471,7 +474,7 @@ def _formulas(compute: str):
 
     t = np.float64 if compute == "float64" else np.float32
     jit = cuda.jit(device=True, inline="always")
-    fns = _F.numpy_libm() if _simulating() else _F.math_libm()
+    fns = _F.numpy_libm() if _simulating() else _F.math_libm(cuda)
     return _F.build(jit, t, _F.libm(jit, t, fns))
 
 
@@ -580,6 +583,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         return _swish_beta_grad if key == "swish" else _prelu_weight_grad
     if key in _FAMILY_KEYS:
         return _family_kernel(key, direction, dtype)
+    if key in _BIAS_ACT_KEYS:
+        return _bias_kernel(key, direction, dtype)
     compute = _compute(key, direction, dtype)
     if key == "prelu":
         return _prelu_forward if direction == "forward" else _prelu_backward
@@ -719,6 +724,311 @@ def _run_family(key: str, direction: str, compute: str, descs: list[_Desc], nout
             for i in range(len(descs)):
                 args += [plan.bases[i], offs[i], plan.strides4[i]]
             k[_grid(math.prod(plan.shape4))[0], block, stream](*args, plan.shape4, *params)
+
+
+# ---- bias_act:<act>: x seen as (outer, C, inner), b and scale per channel or of x's shape -------------------------
+# One kernel per (key, direction, compute type) over a 5-D index space (o1, o2, c, i1, i2): the dims before `dim`
+# and after it, each side coalesced to at most two (more: one launch per index of the extra dims), every operand a
+# flat base array + offset + five element strides (a per-channel b or scale has stride 0 but along c; a missing
+# one is a one-element dummy, flags hb, hs).  The grid runs over (channel, chunk) pairs, one block each: its
+# threads stride over the chunk's elements of that channel, so b and s are one value per block and the backward's
+# db / dscale are two-stage: each thread sums dz (and dz * x) in float64, the block reduces them in shared memory
+# into partial[chunk, 2, C] (+=, launches run in order on one stream), and a second kernel sums the partials of
+# each channel in a fixed order (deterministic) and rounds once into db / dscale.  Every input of an element is
+# read before its results are stored (in place is safe).  dim = -1 (inner 1) strides each block through memory
+# by C: correct, not coalesced (a channel-per-thread mapping for that layout is future work).
+
+_BIAS_OPS = {"forward": ("x", "b", "s", "out"), "backward": ("dy", "x", "b", "s", "dx", "db", "ds"),
+             "backward_y": ("dy", "y", "dx", "db")}
+_BIAS_NIN = {"forward": 3, "backward": 4, "backward_y": 2}
+_BIAS_TAIL = ("shp", "nchunk", "chunk", "part", "hb", "hs", "hdb", "hds", "want", "a", "b", "gain", "clamp")
+
+
+def _bias_supports(key: str, direction: str) -> bool:
+    if direction == "backward_y":
+        return _F.family_y_formula(key) is not None
+    return direction in ("forward", "backward") and _F.family_formulas(key) is not None
+
+
+def _bias_compute(key: str, direction: str, dtype: str) -> str:
+    act = _BIAS_ACT_KEYS[key][2]
+    uses = {"forward": ("forward",), "backward": ("forward", "backward"), "backward_y": ("backward_y",)}[direction]
+    wide = any((act, d) in _F.WIDE for d in uses)
+    return "float64" if dtype == "float64" or wide else "float32"
+
+
+def _bias_source(direction: str, block: int) -> str:
+    ops = _BIAS_OPS[direction]
+    at = {n: f"u_{n}[o_{n} + o1 * s_{n}[0] + o2 * s_{n}[1] + c * s_{n}[2] + i1 * s_{n}[3] + i2 * s_{n}[4]]"
+          for n in ops}
+    args = ", ".join(f"u_{n}, o_{n}, s_{n}" for n in ops) + ", " + ", ".join(_BIAS_TAIL)
+    sums = direction != "forward"
+    lines = [f"def kern({args}):", "    n_o2 = shp[1]", "    nc = shp[2]", "    n_i1 = shp[3]", "    n_i2 = shp[4]",
+             "    m = shp[0] * n_o2 * n_i1 * n_i2", "    tid = cuda.threadIdx.x", "    nthr = cuda.blockDim.x"]
+    if sums:
+        lines += [f"    sh0 = cuda.shared.array({block}, np.float64)",
+                  f"    sh1 = cuda.shared.array({block}, np.float64)"]
+    lines += ["    for blk in range(cuda.blockIdx.x, nc * nchunk, cuda.gridDim.x):", "        c = blk // nchunk",
+              "        j = blk - c * nchunk", "        lo = j * chunk", "        hi = min(lo + chunk, m)"]
+    if sums:
+        lines += ["        acc0 = 0.0", "        acc1 = 0.0"]
+    lines += ["        for e in range(lo + tid, hi, nthr):", "            i2 = e % n_i2", "            t = e // n_i2",
+              "            i1 = t % n_i1", "            t = t // n_i1", "            o2 = t % n_o2",
+              "            o1 = t // n_o2"]
+    if direction == "forward":
+        lines += [f"            {at['out']} = f(T({at['x']}), T({at['b']}), T({at['s']}), a, b, hb, hs, gain, "
+                  "clamp)"]
+    elif direction == "backward":
+        lines += [f"            xv = T({at['x']})",
+                  f"            dxv, dz = f(T({at['dy']}), xv, T({at['b']}), T({at['s']}), a, b, hb, hs, gain, clamp)",
+                  f"            {at['dx']} = dxv", "            if hdb:", f"                {at['db']} = dz",
+                  "            if hds:", f"                {at['ds']} = dz * xv",
+                  "            acc0 += np.float64(dz)", "            acc1 += np.float64(dz) * np.float64(xv)"]
+    else:
+        lines += [f"            dz = f(T({at['dy']}), T({at['y']}), a, b, gain, clamp)", f"            {at['dx']} = dz",
+                  "            if hdb:", f"                {at['db']} = dz", "            acc0 += np.float64(dz)"]
+    if sums:  # want is the same for every thread of the block: the barriers are reached by all or none
+        lines += ["        if want:", "            sh0[tid] = acc0", "            sh1[tid] = acc1",
+                  "            cuda.syncthreads()", f"            width = {block // 2}", "            while width > 0:",
+                  "                if tid < width:", "                    sh0[tid] += sh0[tid + width]",
+                  "                    sh1[tid] += sh1[tid + width]", "                cuda.syncthreads()",
+                  "                width //= 2", "            if tid == 0:",
+                  "                part[2 * j * nc + c] += sh0[0]",
+                  "                part[(2 * j + 1) * nc + c] += sh1[0]",
+                  "            cuda.syncthreads()"]
+    return "\n".join(lines) + "\n"
+
+
+def _bias_sums_source() -> str:
+    """The second stage: per channel, the chunks' float64 partials summed in order, rounded once on store."""
+    return (
+        "def bsum(part, nchunk, u0, o0, s0, u1, o1, s1, nc, h0, h1):\n"
+        "    for c in range(cuda.grid(1), nc, cuda.gridsize(1)):\n"
+        "        t0 = 0.0\n"
+        "        t1 = 0.0\n"
+        "        for j in range(nchunk):\n"
+        "            t0 += part[2 * j * nc + c]\n"
+        "            t1 += part[(2 * j + 1) * nc + c]\n"
+        "        if h0:\n"
+        "            u0[o0 + c * s0] = t0\n"
+        "        if h1:\n"
+        "            u1[o1 + c * s1] = t1\n"
+    )
+
+
+def _bias_block() -> int:
+    return _SIM_BLOCK if _simulating() else _BLOCK
+
+
+@cache
+def _bias_py(key: str, direction: str, compute: str) -> Callable:
+    """The bias_act kernel of one key, direction and compute type as a Python function (what cuda.jit and
+    compile_ptx compile)."""
+    from numba import cuda
+
+    g = {"cuda": cuda, "np": np, "f": getattr(_family_formulas(key, compute), direction),
+         "T": np.float64 if compute == "float64" else np.float32}
+    exec(compile(_bias_source(direction, _bias_block()), f"<multiact cuda {key} {direction}>", "exec"), g)
+    return g["kern"]
+
+
+@cache
+def _bias_jit(key: str, direction: str, compute: str) -> Any:
+    from numba import cuda
+
+    return cuda.jit(_bias_py(key, direction, compute))
+
+
+@lru_cache(maxsize=1)
+def _bias_sums_py() -> Callable:
+    from numba import cuda
+
+    g = {"cuda": cuda}
+    exec(compile(_bias_sums_source(), "<multiact cuda bias_act sums>", "exec"), g)
+    return g["bsum"]
+
+
+@lru_cache(maxsize=1)
+def _bias_sums_jit() -> Any:
+    from numba import cuda
+
+    return cuda.jit(_bias_sums_py())
+
+
+def _bias_arg_types(dtype: str, direction: str) -> tuple:
+    from numba import types
+
+    arr, i64, f64 = types.Array(getattr(types, dtype), 1, "C"), types.int64, types.float64
+    t5 = types.UniTuple(i64, 5)
+    return ((arr, i64, t5) * len(_BIAS_OPS[direction]) + (t5, i64, i64, types.Array(f64, 1, "C")) + (i64,) * 5
+            + (f64,) * 4)
+
+
+def _bias_sums_types(dtype: str) -> tuple:
+    from numba import types
+
+    arr, i64 = types.Array(getattr(types, dtype), 1, "C"), types.int64
+    return (types.Array(types.float64, 1, "C"), i64, arr, i64, i64, arr, i64, i64, i64, i64, i64)
+
+
+def _bias_builds() -> list[tuple[str, str, str]]:
+    """(key, direction, dtype) of every bias_act kernel, backward first."""
+    return [(key, direction, dtype) for key in _BIAS_ACT_KEYS for direction in ("backward", "backward_y", "forward")
+            for dtype in _DTYPES if supports(key, direction, dtype)]
+
+
+def _bias_kernel(key: str, direction: str, dtype: str) -> Callable:
+    """The registry's kernel: forward(x, b, s, out, p), backward(dy, x, b, s, dx, db, ds, p) and
+    backward_y(dy, y, b, s, dx, db, ds, p) (b, s unused) on device arrays as fused_bias_act passes them: b, s
+    (C,) or x's shape or None; db, ds the destinations ((C,): summed; x's shape: elementwise) or None."""
+    compute = _bias_compute(key, direction, dtype)
+
+    def forward(x: Any, b: Any, s: Any, out: Any, p: dict) -> None:
+        _run_bias(key, direction, compute, dtype, [x, b, s, out], p)
+
+    def backward(dy: Any, x: Any, b: Any, s: Any, dx: Any, db: Any, ds: Any, p: dict) -> None:
+        arrays = [dy, x, b, s, dx, db, ds] if direction == "backward" else [dy, x, dx, db]
+        _run_bias(key, direction, compute, dtype, arrays, p)
+
+    run = forward if direction == "forward" else backward
+    run.__name__ = f"cuda_{key.replace(':', '_')}_{direction}_{dtype}"
+    return run
+
+
+def _channelwise(d: _Desc, x: _Desc) -> bool:
+    """One value per channel (for 1-D x the same thing as x's shape)."""
+    return len(d.shape) == 1 and (len(x.shape) == 1 or d.shape != x.shape)
+
+
+def _run_bias(key: str, direction: str, compute: str, dtype: str, arrays: list, p: dict) -> None:
+    names = _BIAS_OPS[direction]
+    nin = _BIAS_NIN[direction]
+    descs = [None if a is None else _Desc(a) for a in arrays]
+    xd = descs[0] if direction == "forward" else descs[1]
+    ins = {n: d for n, d in zip(names[:nin], descs[:nin], strict=True) if d is not None}
+    outs = [(n, d) for n, d in zip(names[nin:], descs[nin:], strict=True) if d is not None]
+    for _, od in outs:
+        _check_out(f"bias_act ({key})", od, ins)
+    for (na, da), (nb, db) in itertools.combinations(outs, 2):
+        if math.prod(da.shape) and math.prod(db.shape) and _shares_memory(da, db):
+            raise ValueError(f"bias_act ({key}): {na} and {nb} overlap; they must be separate arrays")
+    dim = p.get("dim")
+    nc = 1 if dim is None else xd.shape[dim]
+    chan = {n for n, d in zip(names, descs, strict=True)
+            if d is not None and n in ("b", "s", "db", "ds") and _channelwise(d, xd)}
+    views = _bias_views(descs, names, chan, xd, dim)
+    n = math.prod(xd.shape)
+    with _OnDevice(xd.obj), _quiet():
+        stream = _stream_for([d for d in descs if d is not None])
+        nchunk = _bias_nchunk(views, nc)
+        part = None
+        if chan & {"db", "ds"}:
+            size = 2 * nchunk * nc
+            part = _empty(xd.obj, (size,), np.float64)
+            pd = _Desc(part)
+            grid, block = _grid(size)
+            _fill_cast()[0][grid, block, stream](_flat(pd, pd.ptr, size))
+        if n:
+            _launch_bias(key, direction, compute, descs, names, chan, views, xd, nc, nchunk, part, p, dtype, stream)
+        if part is not None:
+            _bias_sum_stage(part, nchunk, nc, descs, names, chan, stream)
+
+
+def _bias_nchunk(views: tuple, nc: int) -> int:
+    """Chunks per channel of one launch: enough (channel, chunk) blocks to fill the device, each chunk at least
+    four blocks' worth of elements."""
+    oshp, ishp = views[0], views[1]
+    m = math.prod(oshp[-2:]) * math.prod(ishp[-2:])
+    target = _SIM_GRID * 2 if _simulating() else _sms() * 8
+    return max(1, min(-(-target // max(nc, 1)), -(-m // (4 * _bias_block()))))
+
+
+def _bias_views(descs: list, names: tuple, chan: set, xd: _Desc, dim: int | None) -> tuple:
+    """(outer shape, inner shape, per operand outer strides, channel strides, inner strides), the dims before
+    and after dim coalesced apart (a dummy operand: all strides 0)."""
+    ndim = len(xd.shape)
+    full = []
+    for nm, d in zip(names, descs, strict=True):
+        if d is None:
+            full.append([0] * ndim)
+        elif nm in chan:
+            st = [0] * ndim
+            st[dim] = d.strides[0]
+            full.append(st)
+        else:
+            full.append(list(d.strides))
+    d0 = ndim if dim is None else dim
+    lead = names.index("out" if "out" in names else "dx")
+    oshp, osts = coalesce(xd.shape[:d0], [st[:d0] for st in full], lead)
+    ishp, ists = coalesce(xd.shape[d0 + 1:], [st[d0 + 1:] for st in full], lead)
+    cst = [0 if dim is None else st[dim] for st in full]
+    return oshp, ishp, osts, cst, ists
+
+
+def _two(v: list[int], pad: int) -> list[int]:
+    """The last two entries of v, padded in front to two."""
+    return [pad] * (2 - len(v[-2:])) + v[-2:]
+
+
+def _launch_bias(key, direction, compute, descs, names, chan, views, xd, nc, nchunk, part, p, dtype, stream) -> None:
+    oshp, ishp, osts, cst, ists = views
+    lo_n, li_n = max(0, len(oshp) - 2), max(0, len(ishp) - 2)  # dims beyond two a side: one launch per index
+    k_o, k_i = _two(oshp, 1), _two(ishp, 1)
+    shp5 = (k_o[0], k_o[1], nc, k_i[0], k_i[1])
+    chunk = -(-(math.prod(k_o) * math.prod(k_i)) // nchunk)
+    bases, offs0, st5, lst = [], [], [], []
+    dummy = None
+    for k, d in enumerate(descs):
+        s_o, s_i = _two(osts[k], 0), _two(ists[k], 0)
+        st5.append((s_o[0], s_o[1], cst[k], s_i[0], s_i[1]))
+        lst.append(osts[k][:lo_n] + ists[k][:li_n])
+        if d is None:
+            if dummy is None:
+                dd = _Desc(_empty(xd.obj, (1,), xd.dtype))
+                dummy = _flat(dd, dd.ptr, 1)
+            bases.append(dummy)
+            offs0.append(0)
+            continue
+        every = [*zip(oshp, osts[k], strict=True), (nc, cst[k]), *zip(ishp, ists[k], strict=True)]
+        lo = sum((m - 1) * s for m, s in every if s < 0)
+        hi = sum((m - 1) * s for m, s in every if s > 0)
+        bases.append(_flat(d, d.ptr + lo * d.dtype.itemsize, hi - lo + 1))
+        offs0.append(-lo)
+    given = {nm: d is not None for nm, d in zip(names, descs, strict=True)}
+    hb, hs = int(given.get("b", False)), int(given.get("s", False))
+    hdb = int(given.get("db", False) and "db" not in chan)
+    hds = int(given.get("ds", False) and "ds" not in chan)
+    want = int(part is not None)
+    pd = _Desc(part if part is not None else _empty(xd.obj, (1,), np.float64))
+    part_flat = _flat(pd, pd.ptr, math.prod(pd.shape))
+    a, b, gain, clamp = _F.bias_params(key, p, dtype)
+    kern = _bias_jit(key, direction, compute)
+    grid = max(1, min(nc * nchunk, _SIM_GRID if _simulating() else _sms() * 32))
+    for idx in np.ndindex(*(oshp[:lo_n] + ishp[:li_n])):
+        args = []
+        for j in range(len(descs)):
+            args += [bases[j], offs0[j] + sum(i * s for i, s in zip(idx, lst[j], strict=True)), st5[j]]
+        kern[grid, _bias_block(), stream](*args, shp5, nchunk, chunk, part_flat, hb, hs, hdb, hds, want, a, b,
+                                          gain, clamp)
+
+
+def _bias_sum_stage(part: Any, nchunk: int, nc: int, descs: list, names: tuple, chan: set, stream: Any) -> None:
+    pd = _Desc(part)
+    args: list = [_flat(pd, pd.ptr, math.prod(pd.shape)), nchunk]
+    flags = []
+    for nm in ("db", "ds"):
+        d = descs[names.index(nm)] if nm in names else None
+        if d is None or nm not in chan:
+            dd = _Desc(_empty(part, (1,), descs[0].dtype))
+            args += [_flat(dd, dd.ptr, 1), 0, 0]
+            flags.append(0)
+        else:
+            s = d.strides[0]
+            lo = min(0, (nc - 1) * s)
+            args += [_flat(d, d.ptr + lo * d.dtype.itemsize, abs(s) * (nc - 1) + 1), -lo, s]
+            flags.append(1)
+    grid, block = _grid(nc)
+    _bias_sums_jit()[grid, block, stream](*args, nc, *flags)
 
 
 # ---- prelu: the weight as a broadcast operand ------------------------------------------------------------------

@@ -130,7 +130,7 @@ def y_form_check(fn: str, call: BiasActCall, dtype: Any, scale: Any) -> None:
             raise YFormError(f"{fn}: y= with act={name!r} needs parameter 'gain' to be a power of two, got "
                              f"{gain!r}: {name}'s y form reads y / gain at its breakpoints, exact only then; "
                              "pass x")
-        if dtype is not None and np.dtype(dtype) == np.float16:
+        if dtype is not None and str(dtype).replace("torch.", "") == "float16":
             for k in act.defn.float_params:
                 v = call.act_p[k]
                 if float(np.float16(v)) != float(np.float32(v)):
@@ -272,10 +272,14 @@ def forward(x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, 
     fn = label("forward")
     dispatch._check_backend(fn, backend)
     call = resolve(given, extra, fn)
-    if _refuse(fn, x, b, scale, out) == "dask":
+    route = _refuse(fn, x, b, scale, out)
+    if route == "dask":
         from . import dask_arrays
 
         return dask_arrays.call_bias_act(call, x, b, scale, out, backend)
+    if route == "device":
+        return _forward_device(fn, call, dispatch._same_kind(fn, {"x": x, "b": b, "scale": scale, "out": out}),
+                               x, b, scale, out, backend)
     xa, dim, ba, sa = _prepare(fn, call, x, b, scale)
     _check_precision(call, xa.dtype, fn)
     mod, kernel = registry.resolve(call.key, "forward", xa.dtype.name, "numpy", backend)
@@ -320,13 +324,18 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
         y_form_check(fn, call, getattr(y, "dtype", None), scale)
     elif x is None:
         raise TypeError(f"{fn} needs the input x (or, where the activation allows it, the forward's output y=)")
-    kind = _refuse(fn, dy, x, y, b, scale, *(out if isinstance(out, (tuple, list)) else (out,)))
+    outs_given = out if isinstance(out, (tuple, list)) else (out,)
+    kind = _refuse(fn, dy, x, y, b, scale, *outs_given)
     if kind == "dask":
         if y is not None:
             raise TypeError(f"{fn}: y= is not supported on Dask arrays; pass x")
         from . import dask_arrays
 
         return dask_arrays.call_bias_act_grad(call, dy, x, b, scale, out, backend)
+    if kind == "device":
+        named = {"dy": dy, "x": x, "y": y, "b": b, "scale": scale,
+                 **{f"out[{i}]": o for i, o in enumerate(outs_given)}}
+        return _backward_device(fn, call, dispatch._same_kind(fn, named), dy, x, y, b, scale, out, backend)
     ya = None if y is None else _arrays.as_host_array(y, f"{fn}: y")
     direction = "backward" if y is None else "backward_y"
     xa, dim, ba, sa = _prepare(fn, call, x if y is None else ya, b, scale, dy, "x" if y is None else "y")
@@ -426,9 +435,88 @@ def _refuse(fn: str, *arrays: Any) -> str:
     if "dask" in kinds:
         return "dask"
     if kinds - {"numpy", "torch", "other"}:
-        raise TypeError(f"{fn}: runs on host arrays (NumPy, torch CPU tensors) for now, got "
-                        f"{', '.join(sorted(kinds - {'numpy', 'torch', 'other'}))} arrays")
+        return "device"  # dispatch._same_kind names the kind, or the mix
     return "numpy"
+
+
+# ---- device arrays (the cuda backend): the kernels take the arrays as they are, with dim ----------------------
+
+
+def _device_sides(fn: str, call: BiasActCall, x: Any, b: Any, scale: Any, xn: str = "x") -> int | None:
+    """Check b and scale against a device x (dtype; (C,) or x's shape); the normalised dim, None without
+    either."""
+    dispatch._check_device(fn, {xn: x}, None)
+    if b is None and scale is None:
+        return None
+    dim = _axis(fn, tuple(x.shape), call.dim)
+    for name, a in (("b", b), ("scale", scale)):
+        if a is None:
+            continue
+        if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+            raise TypeError(f"{fn}: {name} must be an array like x, got {type(a).__name__}")
+        if dispatch._dtype_name(a) != dispatch._dtype_name(x):
+            raise TypeError(f"{fn}: {name} has dtype {dispatch._dtype_name(a)} but {xn} has "
+                            f"{dispatch._dtype_name(x)}; they must match")
+        shape = tuple(a.shape)
+        if not (shape == tuple(x.shape) or len(shape) == 1 and shape[0] == x.shape[dim]):
+            raise ValueError(f"{fn}: {name} has shape {shape}; expected ({x.shape[dim]},) to run along dim {dim} "
+                             f"of {xn}, or {xn}'s shape {tuple(x.shape)}")
+    return dim
+
+
+def _forward_device(fn, call, kind, x, b, scale, out, backend):
+    dim = _device_sides(fn, call, x, b, scale)
+    dtype = dispatch._dtype_name(x)
+    _check_precision(call, x.dtype, fn)
+    mod, kernel = registry.resolve(call.key, "forward", dtype, kind, backend)
+    if out is None:
+        res = mod.empty_like(x)
+    else:
+        dispatch._check_device(fn, {"x": x, "out": out}, None)
+        res = out
+    dispatch._run(mod, kernel, _Label(fn, call), "forward", dtype, (x, b, scale, res), {**call.kp, "dim": dim})
+    if out is not None:
+        _arrays.mark_written(out)
+    return res
+
+
+def _backward_device(fn, call, kind, dy, x, y, b, scale, out, backend):
+    xn, xa = ("x", x) if y is None else ("y", y)
+    dim = _device_sides(fn, call, xa, b, scale, xn)
+    dispatch._check_device(fn, {xn: xa, "dy": dy}, None)
+    dtype = dispatch._dtype_name(xa)
+    _check_precision(call, xa.dtype, fn)
+    direction = "backward" if y is None else "backward_y"
+    mod, kernel = registry.resolve(call.key, direction, dtype, kind, backend)
+    outs = _out_tuple(fn, out, b, scale)
+    if outs is None:
+        dx = mod.empty_like(xa)
+        db = None if b is None else mod.empty_like(b)
+        ds = None if scale is None else mod.empty_like(scale)
+    else:
+        dx = outs[0]
+        dispatch._check_device(fn, {xn: xa, "out[0]": dx}, None)
+        rest = list(outs[1:])
+        db = rest.pop(0) if b is not None or scale is not None else None
+        ds = rest.pop(0) if scale is not None else None
+        for i, (dst, like, name) in enumerate(((db, b, "b"), (ds, scale, "scale")), 1):
+            if dst is not None and like is None:
+                raise TypeError(f"{fn}: out[{i}] must be None without {name}")
+            if dst is not None:
+                dispatch._check_device(fn, {name: like, f"out[{i}]": dst}, None)
+    kp = {**call.kp, "dim": dim}
+    if y is not None:
+        kp["clamp"] = y_clamp(call.kp["clamp"], np.dtype(dtype))
+    dispatch._run(mod, kernel, _Label(fn, call), direction, dtype, (dy, xa, None if y is not None else b,
+                  None if y is not None else scale, dx, db, ds), kp)
+    if outs is not None:
+        for dst in outs:
+            if dst is not None:
+                _arrays.mark_written(dst)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    if b is None and scale is None:
+        return dx
+    return (dx, db) if scale is None else (dx, db, ds)
 
 
 class _Label:
