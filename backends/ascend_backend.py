@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS
+from multiact.reference import SELU_ALPHA, SELU_SCALE
 
 from ._ort_sessions import Runner, is_gated
 from ._ort_sessions import supports as _ort_supports
@@ -199,7 +200,17 @@ def _torch_forward(op: str, p: dict) -> Callable:
         w = torch.as_tensor(np.asarray(p["weight"]), device=x.device, dtype=x.dtype)
         return torch.where(x > 0, x, x * w)
 
+    def selu(x):  # F.selu has PyTorch's constants only; alpha and scale as the kernels take them
+        return p["scale"] * torch.where(x > 0, x, p["alpha"] * torch.expm1(x))
+
+    def hardsigmoid(x):  # F.hardsigmoid is alpha = 1/6, beta = 0.5 only
+        return torch.clamp(x * p["alpha"] + p["beta"], 0.0, 1.0)
+
     composites = {"swish": lambda x: swish(x, p["beta"]), "fast_gelu": fast_gelu, "prelu": prelu}
+    if op == "selu" and (p["alpha"], p["scale"]) != (SELU_ALPHA, SELU_SCALE):
+        return selu
+    if op == "hardsigmoid" and (p["alpha"], p["beta"]) != (1.0 / 6.0, 0.5):
+        return hardsigmoid
     if op in composites:
         return composites[op]
     t = OPS[op].defn.torch
@@ -231,13 +242,11 @@ def _torch_kernel(op: str, direction: str) -> Callable:
         if OPS[op].defn.y_form == "same":
             backward(dy, y, out, p)  # y is inside the linear pieces exactly where x is
             return
-        from multiact.reference import SELU_ALPHA, SELU_SCALE
-
         pos = y > 0
         if op == "elu":
             out.copy_(torch.where(pos, dy, dy * (y + p["alpha"])))
         elif op == "selu":
-            out.copy_(torch.where(pos, dy * SELU_SCALE, dy * (y + SELU_SCALE * SELU_ALPHA)))
+            out.copy_(torch.where(pos, dy * p["scale"], dy * (y + p["scale"] * p["alpha"])))
         else:  # celu
             out.copy_(torch.where(pos, dy, dy * (y / p["alpha"] + 1)))
 

@@ -310,13 +310,17 @@ def hardswish_grad(dy, x, a, b):
 
 
 @_formula(("hardsigmoid", "forward"))
-def hardsigmoid(x, a, b):
-    return ZERO if x <= -THREE else (ONE if x >= THREE else T((D(x) + 3.0) / 6.0))
+def hardsigmoid(x, a, b):  # alpha = a, beta = b as (x + c) / d: relu6(x + 3) / 6 at PyTorch's (c = 3, d = 6)
+    c = T(b) / T(a)
+    d = ONE / T(a)
+    return ZERO if x <= -c else (ONE if x >= d - c else T((D(x) + D(c)) / D(d)))
 
 
 @_formula(("hardsigmoid", "backward"))
 def hardsigmoid_grad(dy, x, a, b):
-    return keepnan(x, dy / SIX if (x > -THREE) & (x < THREE) else ZERO)
+    c = T(b) / T(a)
+    d = ONE / T(a)
+    return keepnan(x, dy / d if (x > -c) & (x < d - c) else ZERO)
 
 
 @_formula(("softshrink", "forward"))
@@ -365,17 +369,17 @@ def elu_grad_y(dy, y, a, b):
 
 @_formula(("selu", "forward"))
 def selu(x, a, b):
-    return T(SELU_SCALE * D(x)) if x > ZERO else T(SELU_SA * D(expm1(x)))
+    return T(b * D(x)) if x > ZERO else T((b * a) * D(expm1(x)))  # alpha = a, scale = b
 
 
 @_formula(("selu", "backward"))
 def selu_grad(dy, x, a, b):
-    return T(D(dy) * SELU_SCALE) if x > ZERO else T(D(dy) * (SELU_SA * D(exp(x))))
+    return T(D(dy) * b) if x > ZERO else T(D(dy) * ((b * a) * D(exp(x))))
 
 
 @_formula(("selu", "backward_y"))
 def selu_grad_y(dy, y, a, b):
-    return T(D(dy) * SELU_SCALE) if y > ZERO else T(D(dy) * (D(y) + SELU_SA))
+    return T(D(dy) * b) if y > ZERO else T(D(dy) * (D(y) + b * a))
 
 
 @_formula(("celu", "forward"))

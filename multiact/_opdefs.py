@@ -30,6 +30,8 @@ DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
 # float32's smallest normal: a parameter that must be nonzero (or > 0) must stay so in float32.
 F32_TINY = 2.0**-126
 F32_MAX = 3.4028234663852886e38  # float32's largest finite value
+SELU_ALPHA = 1.6732632423543772848170429916717  # PyTorch's (and ONNX's) selu constants
+SELU_SCALE = 1.0507009873554804934193349852946
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Param:
     lo_open: bool = False
     hi_open: bool = False
     nonzero: bool = False
+    inf_ok: bool = False  # +inf allowed (softplus's threshold: no linear branch, as ONNX's Softplus)
     choices: tuple[str, ...] = ()
     doc: str = ""
 
@@ -63,7 +66,7 @@ class Param:
             parts.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
         if self.nonzero:
             parts.append(f"|x| >= {F32_TINY:g}")
-        return "finite" + ("" if not parts else ", " + ", ".join(parts))
+        return ("finite or +inf" if self.inf_ok else "finite") + ("" if not parts else ", " + ", ".join(parts))
 
     def convert(self, fn: str, value: Any) -> Any:
         """The value as a plain Python float/str/int (read now: a tensor or 0-d array gives its current
@@ -105,8 +108,8 @@ class Param:
             return v
         if self.kind != "float":
             return v
-        if not math.isfinite(v):
-            raise ValueError(f"{where} must be finite, got {v}")
+        if not math.isfinite(v) and not (self.inf_ok and v == math.inf):
+            raise ValueError(f"{where} must be {'finite or +inf' if self.inf_ok else 'finite'}, got {v}")
         bad = (
             (self.lo is not None and (v <= self.lo if self.lo_open else v < self.lo))
             or (self.hi is not None and (v >= self.hi if self.hi_open else v > self.hi))
@@ -232,8 +235,13 @@ DEFS: tuple[OpDef, ...] = (
           y_form="own", y_condition="alpha >= 0", y_allowed=lambda p: p["alpha"] >= 0,
           torch=_T("elu", ("alpha",)), module="ELU", onnx="Elu", cost={"elu": (5, 8)},
           cases=({"alpha": 0.5}, {"alpha": 0.0})),
-    OpDef("selu", "Scaled ELU (self-normalising).", "scale * (x if x > 0 else alpha * (exp(x) - 1))",
-          y_form="own", torch=_T("selu"), module="SELU", onnx="Selu", cost={"selu": (5, 8)}),
+    OpDef("selu", "Scaled ELU (self-normalising); alpha and scale as ONNX's Selu alpha and gamma.",
+          "scale * (x if x > 0 else alpha * (exp(x) - 1))",
+          (_f("alpha", SELU_ALPHA, doc="PyTorch's constant by default (ONNX Selu's alpha)"),
+           _f("scale", SELU_SCALE, doc="PyTorch's constant by default (ONNX Selu's gamma)")),
+          y_form="own", y_condition="alpha >= 0 and scale > 0",
+          y_allowed=lambda p: p["alpha"] >= 0 and p["scale"] > 0,
+          torch=_T("selu"), module="SELU", onnx="Selu", cost={"selu": (5, 8)}, cases=({"alpha": 2.0, "scale": 3.0},)),
     OpDef("celu", "Continuously differentiable ELU.", "x if x > 0 else alpha * (exp(x / alpha) - 1)",
           (_f("alpha", 1.0, nonzero=True),), y_form="own", y_condition="alpha > 0",
           y_allowed=lambda p: p["alpha"] > 0, torch=_T("celu", ("alpha",)), module="CELU", onnx="Celu",
@@ -253,8 +261,12 @@ DEFS: tuple[OpDef, ...] = (
           cases=({"beta": 1.3}, {"beta": -0.7}, {"beta": 0.0})),
     OpDef("hardswish", "Piecewise-quadratic swish (MobileNetV3).", "x * relu6(x + 3) / 6",
           torch=_T("hardswish"), onnx="HardSwish"),
-    OpDef("hardsigmoid", "Piecewise-linear sigmoid.", "relu6(x + 3) / 6", torch=_T("hardsigmoid"),
-          onnx="HardSigmoid"),
+    OpDef("hardsigmoid", "Piecewise-linear sigmoid; alpha, beta as ONNX's HardSigmoid (whose default alpha is 0.2).",
+          "max(0, min(1, alpha * x + beta)), computed as (x + beta/alpha) / (1/alpha): relu6(x + 3) / 6 at "
+          "PyTorch's alpha = 1/6, beta = 0.5",
+          (_f("alpha", 1.0 / 6.0, lo=0, lo_open=True, doc="the slope, > 0 (PyTorch: 1/6; ONNX's default: 0.2)"),
+           _f("beta", 0.5, doc="the value at x = 0")),
+          torch=_T("hardsigmoid"), onnx="HardSigmoid", cases=({"alpha": 0.2, "beta": 0.5},)),
     OpDef("sigmoid", "Logistic sigmoid.", "1 / (1 + exp(-x))", y_form="own",
           torch=_T("sigmoid", namespace="torch"), onnx="Sigmoid", cost={"sigmoid": (5, 7)}),
     OpDef("logsigmoid", "Log of the sigmoid, without overflow.", "-softplus(-x)",
@@ -263,15 +275,19 @@ DEFS: tuple[OpDef, ...] = (
           onnx="Tanh", cost={"tanh": (6, 6)}),
     OpDef("hardtanh", "Clamp to [min_val, max_val].", "min(max(x, min_val), max_val)",
           (_f("min_val", -1.0), _f("max_val", 1.0)), y_form="same",
-          condition=lambda p: None if p["min_val"] <= p["max_val"] else "min_val must be <= max_val",
+          # refused as PyTorch refuses it; ONNX's Clip defines min > max as max everywhere (a constant, no activation)
+          condition=lambda p: None if p["min_val"] <= p["max_val"] else (
+              f"min_val ({p['min_val']}) must be <= max_val ({p['max_val']}), as PyTorch requires; ONNX's Clip "
+              "with min > max gives max everywhere, which is np.full_like(x, max_val), not an activation"),
           torch=_T("hardtanh", ("min_val", "max_val")), onnx="Clip", cases=({"min_val": -2.0, "max_val": 0.5},)),
     OpDef("softplus", "Smooth ReLU; linear where beta * x > threshold.",
           "log(1 + exp(beta x)) / beta, or x where beta x > threshold",
-          (_f("beta", 1.0, lo=0, lo_open=True), _f("threshold", 20.0)),
+          (_f("beta", 1.0, lo=0, lo_open=True),
+           _f("threshold", 20.0, inf_ok=True, doc="+inf: never linear (ONNX's Softplus has no threshold)")),
           torch=_T("softplus", ("beta", "threshold")), onnx="Softplus", cost={"softplus": (10, 7)},
           # threshold 1e6: the smooth branch reaches beta * x far past where sigmoid saturates (1e5)
           cases=({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0},
-                 {"beta": 1.0, "threshold": 1e6})),
+                 {"beta": 1.0, "threshold": 1e6}, {"beta": 1.0, "threshold": math.inf})),
     OpDef("softsign", "x / (1 + |x|).", "x / (1 + |x|)", torch=_T("softsign"), onnx="Softsign"),
     OpDef("mish", "Self-regularised non-monotonic activation.", "x * tanh(softplus(x))", torch=_T("mish"),
           onnx="Mish", cost={"mish": (7, 10)}),

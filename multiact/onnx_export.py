@@ -299,6 +299,19 @@ def _gelu_tanh_parts(g: _Graph, x: str) -> tuple[str, str, str]:
     return g.sigmoid(z), g.sigmoid(g.neg(z)), xc
 
 
+def _selu_sa(p: dict) -> float:
+    """selu's scale * alpha in float32, as the kernels compute it."""
+    return float(np.float32(p["scale"]) * np.float32(p["alpha"]))
+
+
+def _hardsigmoid_pieces(p: dict) -> tuple[float, float, float, float]:
+    """(c, d, lo, hi) of hardsigmoid as the kernels compute them in float32: (x + c) / d between lo and hi,
+    c = beta / alpha, d = 1 / alpha (3 and 6 at PyTorch's alpha = 1/6, beta = 0.5)."""
+    a, b = np.float32(p["alpha"]), np.float32(p["beta"])
+    c, d = b / a, np.float32(1.0) / a
+    return float(c), float(d), float(-c), float(d - c)
+
+
 def _fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str:
     if op == "relu":  # the reference's formula: x = -0 stays -0 (Max(-0, 0) would give +0), NaN stays
         return g.where(g.lt(x, 0.0), 0.0, x)
@@ -313,7 +326,7 @@ def _fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str:
     if op == "elu":
         return g.where(g.gt(x, 0.0), x, g.mul(g.expm1(x), p["alpha"]))
     if op == "selu":
-        return g.where(g.gt(x, 0.0), g.mul(x, R.SELU_SCALE), g.mul(g.expm1(x), R.SELU_SCALE * R.SELU_ALPHA))
+        return g.where(g.gt(x, 0.0), g.mul(x, p["scale"]), g.mul(g.expm1(x), _selu_sa(p)))
     if op == "celu":
         a = p["alpha"]
         return g.where(g.gt(x, 0.0), x, g.mul(g.expm1(g.div(x, a)), a))
@@ -328,8 +341,8 @@ def _fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str:
         mid = g.div(g.mul(x, g.add(x, 3.0)), 6.0)
         return g.where(g.le(x, -3.0), 0.0, g.where(g.ge(x, 3.0), x, mid))
     if op == "hardsigmoid":
-        mid = g.div(g.add(x, 3.0), 6.0)
-        return g.where(g.le(x, -3.0), 0.0, g.where(g.ge(x, 3.0), 1.0, mid))
+        c, d, lo, hi = _hardsigmoid_pieces(p)
+        return g.where(g.le(x, lo), 0.0, g.where(g.ge(x, hi), 1.0, g.div(g.add(x, c), d)))
     if op == "sigmoid":
         return g.sigmoid(x)
     if op == "logsigmoid":
@@ -379,7 +392,7 @@ def _builtin_fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str
     if op == "prelu":
         return g.op("PRelu", x, weight)
     if op == "hardsigmoid":
-        return g.op("HardSigmoid", x, alpha=p.get("alpha", 1.0 / 6.0), beta=p.get("beta", 0.5))
+        return g.op("HardSigmoid", x, alpha=p["alpha"], beta=p["beta"])
     if op == "hardswish":
         return g.op("HardSwish", x)
     if op == "softplus":
@@ -390,7 +403,7 @@ def _builtin_fwd(g: _Graph, op: str, x: str, p: dict, weight: str | None) -> str
     if op == "elu":
         return g.op("Elu", x, alpha=p["alpha"])
     if op == "selu":
-        return g.op("Selu", x, alpha=p.get("alpha", R.SELU_ALPHA), gamma=p.get("scale", R.SELU_SCALE))
+        return g.op("Selu", x, alpha=p["alpha"], gamma=p["scale"])
     if op == "celu":
         return g.op("Celu", x, alpha=p["alpha"])
     if op == "gelu":
@@ -430,7 +443,7 @@ def _uses_builtin(op: str, dtype: str, p: dict) -> bool:
     if op == "elu":  # ORT's Elu takes x = 0 as positive: a negative alpha (-0.0 too) gives +0 at x = +0
         return math.copysign(1.0, p["alpha"]) > 0
     if op == "hardsigmoid":  # measured at PyTorch's constants only
-        return p.get("alpha", _HS_ALPHA32) == _HS_ALPHA32 and p.get("beta", 0.5) == 0.5
+        return p["alpha"] == _HS_ALPHA32 and p["beta"] == 0.5
     return True
 
 
@@ -456,16 +469,16 @@ def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> st
     if op == "threshold":
         return g.keepnan(x, g.where(g.le(x, p["threshold"]), 0.0, dy))
     if op == "hardsigmoid":
-        inside = g.op("And", g.gt(x, -3.0), g.lt(x, 3.0))
-        return g.keepnan(x, g.select(inside, g.div(dy, 6.0), 0.0))
+        _, d, lo, hi = _hardsigmoid_pieces(p)
+        inside = g.op("And", g.gt(x, lo), g.lt(x, hi))
+        return g.keepnan(x, g.select(inside, g.div(dy, d), 0.0))
     if op == "hardswish":
         mid = g.mul(dy, g.add(g.div(x, 3.0), 0.5))
         return g.keepnan(x, g.where(g.le(x, -3.0), 0.0, g.select(g.lt(x, 3.0), mid, dy)))
     if op == "elu":
         return g.select(g.gt(x, 0.0), dy, g.mul(dy, g.mul(g.exp(x), p["alpha"])))
     if op == "selu":
-        sa = R.SELU_SCALE * R.SELU_ALPHA
-        return g.select(g.gt(x, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.mul(g.exp(x), sa)))
+        return g.select(g.gt(x, 0.0), g.mul(dy, p["scale"]), g.mul(dy, g.mul(g.exp(x), _selu_sa(p))))
     if op == "celu":
         return g.select(g.gt(x, 0.0), dy, g.mul(dy, g.exp(g.div(x, p["alpha"]))))
     if op == "sigmoid":
@@ -510,8 +523,7 @@ def _bwd_y(g: _Graph, op: str, dy: str, y: str, p: dict) -> str:
     if op == "elu":
         return g.select(g.gt(y, 0.0), dy, g.mul(dy, g.add(y, p["alpha"])))
     if op == "selu":
-        sa = R.SELU_SCALE * R.SELU_ALPHA
-        return g.select(g.gt(y, 0.0), g.mul(dy, R.SELU_SCALE), g.mul(dy, g.add(y, sa)))
+        return g.select(g.gt(y, 0.0), g.mul(dy, p["scale"]), g.mul(dy, g.add(y, _selu_sa(p))))
     if op == "celu":
         return g.select(g.gt(y, 0.0), dy, g.mul(dy, g.add(g.div(y, p["alpha"]), 1.0)))
     if op == "sigmoid":

@@ -224,7 +224,7 @@ class OpSpec:
         if size > 4:
             return
         for prm in self.params:
-            if prm.kind == "float" and abs(p[prm.name]) > F32_MAX:
+            if prm.kind == "float" and abs(p[prm.name]) > F32_MAX and not (prm.inf_ok and p[prm.name] == math.inf):
                 raise ValueError(
                     f"{fn or self.name + '()'}: parameter {prm.name!r} = {p[prm.name]:g} does not fit float32, "
                     f"where {getattr(dtype, 'name', dtype)} arrays are computed (|{prm.name}| <= {F32_MAX:g})"
@@ -317,7 +317,8 @@ _NUMERICS: dict[str, dict[str, Any]] = {
     "hardswish": dict(forward=R.hardswish, backward=R.hardswish_grad, kinks=lambda p: (-3.0, -1.5, 3.0),
                       tol=Tolerance(ulp32=2, ulp64=2, bwd_atol=2),
                       backward2=R.hardswish_grad2),
-    "hardsigmoid": dict(forward=R.hardsigmoid, backward=R.hardsigmoid_grad, kinks=lambda p: (-3.0, 3.0),
+    "hardsigmoid": dict(forward=R.hardsigmoid, backward=R.hardsigmoid_grad,
+                        kinks=lambda p: R._hardsigmoid_pieces(p["alpha"], p["beta"])[2:],
                         tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2),
                         backward2=R.hardsigmoid_grad2),
     "sigmoid": dict(forward=R.sigmoid_fwd, backward=R.sigmoid_grad, backward_y=R.sigmoid_grad_y,

@@ -25,8 +25,8 @@ from functools import cache
 
 import numpy as np
 
-SELU_ALPHA = 1.6732632423543772848170429916717
-SELU_SCALE = 1.0507009873554804934193349852946
+from ._opdefs import SELU_ALPHA, SELU_SCALE  # the defaults of selu's parameters: one source
+
 GELU_TANH_K = math.sqrt(2.0 / math.pi)
 GELU_TANH_C = 0.044715
 FAST_GELU_K = 1.702
@@ -181,15 +181,22 @@ def hardswish_grad(dy, x):
     return _keepnan(x, np.where(x <= -three, _c(dy, 0), np.where(x < three, mid, dy)))
 
 
-@np.errstate(all="ignore")
-def hardsigmoid(x):
-    six, three = _c(x, 6), _c(x, 3)
-    return np.where(x <= -three, _c(x, 0), np.where(x >= three, _c(x, 1), (x + three) / six))
+def _hardsigmoid_pieces(alpha: float, beta: float) -> tuple[float, float, float, float]:
+    """(c, d, lo, hi): alpha * x + beta as (x + c) / d, 0 for x <= lo and 1 for x >= hi.  At PyTorch's
+    alpha = 1/6, beta = 1/2 that is relu6(x + 3) / 6 itself (c = 3, d = 6, in float32 too)."""
+    return beta / alpha, 1.0 / alpha, -beta / alpha, (1.0 - beta) / alpha
 
 
 @np.errstate(all="ignore")
-def hardsigmoid_grad(dy, x):
-    return _keepnan(x, np.where((x > -3) & (x < 3), dy / _c(dy, 6), _c(dy, 0)))
+def hardsigmoid(x, alpha=1.0 / 6.0, beta=0.5):
+    c, d, lo, hi = (_c(x, v) for v in _hardsigmoid_pieces(alpha, beta))
+    return np.where(x <= lo, _c(x, 0), np.where(x >= hi, _c(x, 1), (x + c) / d))
+
+
+@np.errstate(all="ignore")
+def hardsigmoid_grad(dy, x, alpha=1.0 / 6.0, beta=0.5):
+    _, d, lo, hi = _hardsigmoid_pieces(alpha, beta)
+    return _keepnan(x, np.where((x > _c(x, lo)) & (x < _c(x, hi)), dy / _c(dy, d), _c(dy, 0)))
 
 
 @np.errstate(all="ignore")
@@ -237,18 +244,18 @@ def elu_grad_y(dy, y, alpha):
 
 
 @np.errstate(all="ignore")
-def selu(x):
-    return np.where(x > 0, _c(x, SELU_SCALE) * x, _c(x, SELU_SCALE * SELU_ALPHA) * np.expm1(x))
+def selu(x, alpha=SELU_ALPHA, scale=SELU_SCALE):
+    return np.where(x > 0, _c(x, scale) * x, _c(x, scale * alpha) * np.expm1(x))
 
 
 @np.errstate(all="ignore")
-def selu_grad(dy, x):
-    return np.where(x > 0, dy * _c(dy, SELU_SCALE), dy * (_c(x, SELU_SCALE * SELU_ALPHA) * np.exp(x)))
+def selu_grad(dy, x, alpha=SELU_ALPHA, scale=SELU_SCALE):
+    return np.where(x > 0, dy * _c(dy, scale), dy * (_c(x, scale * alpha) * np.exp(x)))
 
 
 @np.errstate(all="ignore")
-def selu_grad_y(dy, y):
-    return np.where(y > 0, dy * _c(dy, SELU_SCALE), dy * (y + _c(y, SELU_SCALE * SELU_ALPHA)))
+def selu_grad_y(dy, y, alpha=SELU_ALPHA, scale=SELU_SCALE):
+    return np.where(y > 0, dy * _c(dy, scale), dy * (y + _c(y, scale * alpha)))
 
 
 @np.errstate(all="ignore")
@@ -512,7 +519,7 @@ def hardtanh_grad2(g, dy, x, min_val, max_val):
 
 
 @np.errstate(all="ignore")
-def hardsigmoid_grad2(g, dy, x):
+def hardsigmoid_grad2(g, dy, x, alpha=1.0 / 6.0, beta=0.5):
     return _zero_grad2(g, dy, x)
 
 
@@ -542,8 +549,8 @@ def elu_grad2(g, dy, x, alpha):
 
 
 @np.errstate(all="ignore")
-def selu_grad2(g, dy, x):
-    d2 = _grad2(g, dy, _c(x, SELU_SCALE * SELU_ALPHA) * np.exp(x))
+def selu_grad2(g, dy, x, alpha=SELU_ALPHA, scale=SELU_SCALE):
+    d2 = _grad2(g, dy, _c(x, scale * alpha) * np.exp(x))
     return _keepnan(x, np.where(x < 0, d2, _c(d2, 0)))
 
 

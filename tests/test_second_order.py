@@ -158,6 +158,8 @@ def _torch_fn(op, p):
     if op == "prelu":
         w = torch.as_tensor(p["weight"])
         return lambda t: torch.nn.functional.prelu(t, w)
+    if op == "selu":  # torch's selu has PyTorch's constants only; multiact takes them as ONNX's Selu does
+        return lambda t: p["scale"] * torch.nn.functional.elu(t, p["alpha"])  # elu's kink convention
     mod = torch if d.torch.namespace == "torch" else torch.nn.functional
     fn = getattr(mod, d.torch.fn)
     return lambda t: fn(t, *(p[a] for a in d.torch.args), **{k: p[k] for k in d.torch.kwargs})

@@ -202,10 +202,16 @@ def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
 _TORCH_OPS = {op for op, spec in OPS.items() if spec.defn.torch is not None and op != "prelu"}
 
 
+# The parameters torch's function fixes at their defaults (multiact takes them as ONNX does).
+_TORCH_FIXED = {"selu": {"alpha": _SELU[0], "scale": _SELU[1]}, "hardsigmoid": {"alpha": 1.0 / 6.0, "beta": 0.5}}
+
+
 def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
     import torch
 
     torch.set_num_threads(threads)
+    if any(params.get(k, v) != v for k, v in _TORCH_FIXED.get(op, {}).items()):
+        return f"no peer: torch's {op} has no parameters (PyTorch's constants only)"
     entry = _torch_table(torch, params).get(op, {})
     if direction == "forward_backward":
         return _torch_autograd(torch, entry["fwd"][0], arrays, out.dtype, f"{op} {direction}")
@@ -362,7 +368,7 @@ def _ort_nodes(op: str, p: dict[str, Any]) -> tuple[list[tuple[str, list[str], d
     if op == "elu":
         return one("Elu", alpha=p["alpha"])
     if op == "selu":
-        return one("Selu")
+        return one("Selu", alpha=p.get("alpha", _SELU[0]), gamma=p.get("scale", _SELU[1]))
     if op == "celu":
         return one("Celu", alpha=p["alpha"])
     if op == "gelu":
@@ -376,7 +382,7 @@ def _ort_nodes(op: str, p: dict[str, Any]) -> tuple[list[tuple[str, list[str], d
     if op == "hardswish":
         return one("HardSwish")
     if op == "hardsigmoid":
-        return one("HardSigmoid", alpha=1 / 6, beta=0.5)
+        return one("HardSigmoid", alpha=p.get("alpha", 1 / 6), beta=p.get("beta", 0.5))
     if op == "softplus" and p["beta"] == 1.0:
         return one("Softplus")
     if op == "softsign":

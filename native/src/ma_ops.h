@@ -15,9 +15,6 @@
 /* x * s, 0 where s is 0 (so that -inf * 0 is 0): the reference's _gated. */
 #define GATED(x, s) VSEL((s) == ZERO, ZERO, (x) * (s))
 
-#define SELU_ALPHA 1.6732632423543772848170429916717f
-#define SELU_SCALE 1.0507009873554804934193349852946f
-#define SELU_SA (1.6732632423543772848170429916717f * 1.0507009873554804934193349852946f)
 #define GELU_TANH_2K 1.5957691216057308f /* 2 sqrt(2/pi) */
 #define GELU_TANH_C 0.044715f
 
@@ -45,14 +42,16 @@ MA_INLINE V op_hardswish_grad(V dy, V x, const ma_params *p) {
     V mid = dy * (x / VSPLAT(3.0f) + VSPLAT(0.5f));
     return KEEPNAN(x, VSEL(x <= VSPLAT(-3.0f), ZERO, VSEL(x < VSPLAT(3.0f), mid, dy)));
 }
+/* hardsigmoid(alpha = p->a, beta = p->b) as (x + c) / d, c = beta / alpha, d = 1 / alpha, between lo = -c and
+   hi = d - c: at PyTorch's alpha = 1/6 (float32), beta = 0.5 these round to 3, 6, -3, 3 (relu6(x + 3) / 6). */
 MA_INLINE V op_hardsigmoid(V x, const ma_params *p) {
-    (void)p;
-    V mid = (x + VSPLAT(3.0f)) / VSPLAT(6.0f);
-    return VSEL(x <= VSPLAT(-3.0f), ZERO, VSEL(x >= VSPLAT(3.0f), ONE, mid));
+    float c = p->b / p->a, d = 1.0f / p->a;
+    V mid = (x + VSPLAT(c)) / VSPLAT(d);
+    return VSEL(x <= VSPLAT(-c), ZERO, VSEL(x >= VSPLAT(d - c), ONE, mid));
 }
 MA_INLINE V op_hardsigmoid_grad(V dy, V x, const ma_params *p) {
-    (void)p;
-    return KEEPNAN(x, VSEL(MAND(x > VSPLAT(-3.0f), x < VSPLAT(3.0f)), dy / VSPLAT(6.0f), ZERO));
+    float c = p->b / p->a, d = 1.0f / p->a;
+    return KEEPNAN(x, VSEL(MAND(x > VSPLAT(-c), x < VSPLAT(d - c)), dy / VSPLAT(d), ZERO));
 }
 MA_INLINE V op_softshrink(V x, const ma_params *p) {
     V lam = VSPLAT(p->a);
@@ -73,17 +72,15 @@ MA_INLINE V ma_dy_alpha_exp(V dy, V x, float alpha) {
 MA_INLINE V op_elu(V x, const ma_params *p) { return VSEL(x > ZERO, x, VSPLAT(p->a) * ma_expm1(x)); }
 MA_INLINE V op_elu_grad(V dy, V x, const ma_params *p) { return VSEL(x > ZERO, dy, ma_dy_alpha_exp(dy, x, p->a)); }
 MA_INLINE V op_elu_grad_y(V dy, V y, const ma_params *p) { return VSEL(y > ZERO, dy, dy * (y + VSPLAT(p->a))); }
+/* selu(alpha = p->a, scale = p->b): PyTorch's constants by default; scale * alpha in float32, as before. */
 MA_INLINE V op_selu(V x, const ma_params *p) {
-    (void)p;
-    return VSEL(x > ZERO, VSPLAT(SELU_SCALE) * x, VSPLAT(SELU_SA) * ma_expm1(x));
+    return VSEL(x > ZERO, VSPLAT(p->b) * x, VSPLAT(p->b * p->a) * ma_expm1(x));
 }
 MA_INLINE V op_selu_grad(V dy, V x, const ma_params *p) {
-    (void)p;
-    return VSEL(x > ZERO, dy * VSPLAT(SELU_SCALE), ma_dy_alpha_exp(dy, x, SELU_SA));
+    return VSEL(x > ZERO, dy * VSPLAT(p->b), ma_dy_alpha_exp(dy, x, p->b * p->a));
 }
 MA_INLINE V op_selu_grad_y(V dy, V y, const ma_params *p) {
-    (void)p;
-    return VSEL(y > ZERO, dy * VSPLAT(SELU_SCALE), dy * (y + VSPLAT(SELU_SA)));
+    return VSEL(y > ZERO, dy * VSPLAT(p->b), dy * (y + VSPLAT(p->b * p->a)));
 }
 MA_INLINE V op_celu(V x, const ma_params *p) {
     V a = VSPLAT(p->a);
