@@ -1304,8 +1304,9 @@ def _reduction_types(dtype: str) -> tuple:
 
 
 def builds() -> list[Build]:
-    """Every kernel this backend can launch (each formula x inputs x layout x dtype, the reductions, fill
-    and cast), for `cuda.compile_ptx` on a machine without a GPU (scripts/cuda_ptx_report.py)."""
+    """Every kernel this backend can launch (each formula x inputs x layout x dtype, the reductions, the
+    gated and bias_act families, fill and cast), for `cuda.compile_ptx` on a machine without a GPU
+    (scripts/cuda_ptx_report.py)."""
     from numba import types
 
     if _simulating():
@@ -1332,6 +1333,18 @@ def builds() -> list[Build]:
                              (f"{key} {direction}",), _family_py(*args),
                              _family_arg_types(dtype, layout == "contiguous", nin + nout),
                              lambda args=args: _family_jit(*args), family=key.split(":", 1)[0]))
+    for key, direction, dtype in _bias_builds():
+        compute = _bias_compute(key, direction, dtype)
+        args = (key, direction, compute)
+        # the backward's kernels sum db / dscale in float64 (the "_db_sums" allowance of the PTX report)
+        src = key if direction == "forward" else f"{key}.{direction}_db_sums"
+        out.append(Build(f"{key}.{direction}.{dtype}.strided", src, "strided", dtype, compute, (f"{key} {direction}",),
+                         _bias_py(*args), _bias_arg_types(dtype, direction), lambda args=args: _bias_jit(*args),
+                         family="bias_act"))
+    for dtype in _DTYPES:
+        out.append(Build(f"bias_act_db_sums.{dtype}.contiguous", "bias_act_db_sums", "contiguous", dtype, "float64",
+                         ("bias_act backward", "bias_act backward_y"), _bias_sums_py(), _bias_sums_types(dtype),
+                         _bias_sums_jit))
     acc = types.Array(types.float64, 1, "C")
     fill, cast = _fill_cast_py()
     out.append(Build("fill.float64.contiguous", "fill", "contiguous", "float64", "float64", ("param_grad",), fill,

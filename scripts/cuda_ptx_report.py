@@ -12,15 +12,17 @@ PTX with `ptxas -v` (nvJitLink where there is no ptxas) for registers, spills an
 
 Findings (exit status 1):
 - a compile or assembly error;
-- an implicit float16/float32 -> float64 promotion anywhere (numba's typed IR: a bare float literal,
-  a float64 parameter or a float64 constant meeting float32 math, float32 * int, a math call typed
-  float64 only).  Explicit widening, `D(...)` in formulas.py and formulas.WIDE, is reported, not
-  failed; with --strict-f64 any float64 arithmetic in a float16/float32 kernel fails (the rule of
-  issue 22 taken literally);
+- any float64 arithmetic in a float16/float32 kernel (PTX `.f64` ops other than moves, loads, stores,
+  conversions and selects; compares count), but in the kernels `F64_ALLOWED` names with its reason;
+- an implicit float16/float32 -> float64 promotion anywhere, allowed kernels included (numba's typed IR:
+  a bare float literal, a float64 parameter or a float64 constant meeting float32 math, float32 * int,
+  a math call typed float64 only);
 - any spill, or a stack frame (local memory).
 
-    python scripts/cuda_ptx_report.py [--target 90] [--target 80:representative] [--out DIR] [--strict-f64]
+    python scripts/cuda_ptx_report.py [--target 90] [--target 80:representative] [--out DIR] [--lenient-f64]
                                       [--family all|sample|none] [--only REGEX]
+
+--lenient-f64 reports float64 arithmetic without failing it (only implicit promotions fail).
 
 A target is a compute capability, optionally `:representative`: one kernel per formula (strided,
 float16 data where that exists) instead of all.  Default: sm_90 and sm_80, all kernels.
@@ -55,6 +57,22 @@ PTXAS_PATHS = ("/usr/local/bin/ptxas", "/usr/local/cuda/bin/ptxas")
 LAYOUT_ORDER = {"strided": 0, "contiguous": 1}
 DTYPE_ORDER = {"float16": 0, "float32": 1, "float64": 2}
 
+# Kernels of float16/float32 data that may do float64 arithmetic, by the suffix of their source, with the reason.
+# Every elementwise and composite-family kernel computes in float32 (formulas.py; formulas.WIDE is empty).
+F64_ALLOWED: dict[str, str] = {
+    "_param_grad": "a parameter gradient is a reduction over the whole tensor into a float64 accumulator "
+                   "(float64 per-element term, float64 atomics): float32 accumulation over n elements would "
+                   "lose log2(n) bits; one such kernel per call, bound by memory",
+    "_db_sums": "bias_act's backward sums db and dscale per channel over every other axis: float64 per thread, "
+                "a float64 block reduction in shared memory and a float64 second stage (float32 would lose "
+                "log2(elements per channel) bits); the per-element math stays float32",
+}
+
+
+def f64_allowance(source: str) -> str | None:
+    """Why kernel source `source` may do float64 arithmetic on float16/float32 data, or None: it may not."""
+    return next((why for suffix, why in F64_ALLOWED.items() if source.endswith(suffix)), None)
+
 
 # ---- what to compile -------------------------------------------------------------------------------------
 
@@ -82,11 +100,23 @@ def family_sample(builds: list) -> list:
     """The composite-family kernels CI compiles (`--family sample`): for the activations whose gated kernels
     compute in float64 (formulas.WIDE) and every fourth other one, the backward in float16 data, strided (it
     holds the activation's forward and backward formulas and five operands: the most registers)."""
-    fam = [b for b in builds if b.family]
+    fam = [b for b in builds if b.family == "gated"]
     keys = list(dict.fromkeys(b.source for b in fam))
     wide = {b.source for b in fam if b.compute == "float64" and b.dtype != "float64"}
     pick = wide | set(keys[::4])
-    return representative([b for b in fam if b.source in pick])
+    return representative([b for b in fam if b.source in pick]) + bias_act_sample(builds)
+
+
+# bias_act (issue 16): 180 kernels (every key x forward, backward, backward_y where it exists x dtype) of 5-D
+# index arithmetic; CI compiles these three (a heavy formula's backward and the y form in float16 data, a
+# forward) and the three second-stage sums kernels; `--only bias_act --family all` compiles all of them
+# (tests/test_bias_act_cuda.py under MULTIACT_TEST_FULL=1; tests/results/cuda-ptx-bias_act.md).
+BIAS_ACT_SAMPLE = ("bias_act:gelu.backward.float16", "bias_act:sigmoid.backward_y.float16",
+                   "bias_act:gelu_tanh.forward.float16")
+
+
+def bias_act_sample(builds: list) -> list:
+    return [b for b in builds if b.family == "bias_act" and b.name.rsplit(".", 1)[0] in BIAS_ACT_SAMPLE]
 
 
 def formula_functions(path: str) -> list[tuple[int, int, str]]:
@@ -304,8 +334,9 @@ def findings(row: dict[str, Any], strict: bool) -> list[str]:
     out = []
     if row["promotions"]:
         out.append(f"{len(row['promotions'])} implicit float64 promotion(s): " + " | ".join(row["promotions"]))
-    if strict and row["dtype"] != "float64" and row["f64_ops"]:
-        out.append(f"{row['f64_ops']} float64 ops in a {row['dtype']} kernel (--strict-f64)")
+    if strict and row["dtype"] != "float64" and row["f64_ops"] and not f64_allowance(row["source"]):
+        where = ", ".join(f"{k} {v}" for k, v in row.get("f64_from", {}).items())
+        out.append(f"{row['f64_ops']} float64 ops in a {row['dtype']} kernel ({where or 'no source line'})")
     if row.get("spill_stores") or row.get("spill_loads") or row.get("stack"):
         out.append(f"spills: {row.get('spill_stores')} B stored, {row.get('spill_loads')} B loaded, "
                    f"{row.get('stack')} B stack frame")
@@ -404,11 +435,11 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "spilling": sum(bool(r.get("spill_stores") or r.get("spill_loads")) for r in ok),
             "stack": sum(bool(r.get("stack")) for r in ok),
             "f16/f32 kernels": len(narrow),
-            "f64 compute (WIDE, param_grad)": sum(r["compute"] == "float64" for r in narrow),
-            "f32 compute with explicit f64 steps": sum(r["compute"] == "float32" and r["f64_ops"] > 0 for r in narrow),
-            "f32 compute, no f64": sum(r["compute"] == "float32" and not r["f64_ops"] for r in narrow),
+            "f64 compute": sum(r["compute"] == "float64" for r in narrow),
+            "with f64 ops": sum(r["f64_ops"] > 0 for r in narrow),
+            "f64 ops": sum(r["f64_ops"] for r in narrow),
+            "allowed (F64_ALLOWED)": sum(r["f64_ops"] > 0 and bool(f64_allowance(r["source"])) for r in narrow),
             "implicit promotions": sum(bool(r["promotions"]) for r in ok),
-            "--strict-f64 would fail": sum(r["f64_ops"] > 0 for r in narrow),
             "vectorised loads": sum(r["vector_loads"] > 0 for r in ok),
             "failing": sum(bool(r["findings"]) for r in rs),
         })
@@ -449,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", help="write cuda-ptx-report.md and .json here")
     ap.add_argument("--ptx-dir", help="also keep every kernel's PTX here")
     ap.add_argument("--only", metavar="REGEX", help="only the kernels whose name matches")
-    ap.add_argument("--strict-f64", action="store_true", help="any float64 op in a float16/float32 kernel fails")
+    ap.add_argument("--lenient-f64", action="store_true",
+                    help="report float64 ops in float16/float32 kernels without failing them (promotions still fail)")
     ap.add_argument("--family", choices=("all", "sample", "none"), default="all",
                     help="composite-family kernels (gated:<act>): all (default), a sample (CI), or none")
     args = ap.parse_args(argv)
@@ -459,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     targets = args.target or [parse_target("90"), parse_target("80")]
     if args.ptx_dir:
         os.makedirs(args.ptx_dir, exist_ok=True)
-    report = compile_all(targets, args.strict_f64, args.ptx_dir, args.only, args.family)
+    report = compile_all(targets, not args.lenient_f64, args.ptx_dir, args.only, args.family)
     text = markdown(report)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
