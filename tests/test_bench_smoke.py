@@ -161,3 +161,35 @@ def test_bench_forward_backward_on_arrays(capsys, tmp_path):
                          "--backend", "numpy", "--peers", "numpy")
     rows = rep["rows"]
     assert {r["impl"] for r in rows} == {"copy", "numpy"} and all(r["bytes"] == 5 * 1024 * 4 for r in rows)
+
+
+@needs_torch
+@pytest.mark.parametrize("spec", ["swiglu", "glu", "geglu:approximate=tanh", "glu:act=silu:activate=first"])
+def test_gated_peer_computes_the_same(spec):
+    """torch's peer of a gated op (F.glu for glu's own form, else the unfused halves) agrees with ma.<op>."""
+    op = bench.parse_op(spec)
+    rng = np.random.default_rng(2)
+    x, dy = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
+    out = np.empty_like(x)
+    for direction in ("forward", "backward", "forward_backward"):
+        arrays, o = bench._case_arrays(op, direction, x, dy, out)
+        want = bench.bind("backend:numpy", op, direction, arrays, o, 1).alloc()
+        got = bench.bind("peer:torch", op, direction, arrays, o, 1).alloc()
+        want = want[1] if direction == "forward_backward" else want
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-5, err_msg=f"{spec} {direction}")
+
+
+@needs_torch
+def test_bench_gated_ops(capsys, tmp_path):
+    _, rep = _bench_json(capsys, tmp_path, "--op", "swiglu,glu", "--size", "4K", "--direction",
+                         "forward,forward_backward", "--backend", "numpy", "--peers", "torch")
+    rows = rep["rows"]
+    assert {r["op"] for r in rows} == {"swiglu", "glu"} and {tuple(r["shape"]) for r in rows} == {(1, 4096)}
+    assert {r["note"] for r in rows if r["impl"] == "torch"} == {"unfused", "unfused, autograd", "F.glu",
+                                                                 "F.glu, autograd"}
+    fwd = [r for r in rows if r["direction"] == "forward"]
+    assert all(r["bytes"] == 6 * 1024 * 4 for r in fwd)  # x read, y = half of x written
+    rc = main(["bench", "--op", "swiglu:dim=0", "--no-progress"])
+    assert rc == 2 and "along dim=-1" in capsys.readouterr().err
+    rc = main(["bench", "--op", "glu:act=prelu", "--no-progress"])
+    assert rc == 2 and "parameter 'act' must be" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .. import registry
+from .._opdefs import COMPOSITE_DEFINITIONS
 from ..consistency import param_cases
 from ..optable import OPS, REQUIRED, get
 from . import peers as P
@@ -69,6 +70,10 @@ def size_label(n: int) -> str:
 
 
 BIAS_ACT = "bias_act"
+# The gated ops (glu, swiglu, geglu, reglu): timed on (rows, 2 * hidden) along dim=-1, hidden up to 4096.
+GATED = tuple(name for name, c in COMPOSITE_DEFINITIONS.items() if c.family == "gated")
+# Elements read + written per element of x: the output (and dy) are half of x.
+_GATED_STREAMS = {"forward": 1.5, "backward": 2.5, "forward_backward": 4.0}
 # bias_act's shapes: dim=1 of an NCHW array (H*W = 64*64, 64 channels where the size allows), or dim=-1
 # with the transformer's hidden size 4096 (StyleGAN's and Megatron's uses).
 BIAS_ACT_DIMS = {1: "NCHW", -1: "last"}
@@ -90,9 +95,17 @@ class OpCase:
                 if p["act"] in OPS else p["act"]
             shown = [f"{k}={p[k]}" for k in ("gain", "clamp") if p.get(k) is not None and p.get(k) != _BIAS_DEFAULTS[k]]
             return f"bias_act({','.join([act, *shown, 'dim=' + str(p['dim'])])})"
+        if self.op in GATED:
+            own = {p.name: p.default for p in COMPOSITE_DEFINITIONS[self.op].params}
+            shown = [f"{k}={v}" for k, v in self.params if k not in own or own[k] != v]
+            return self.op + (f"({','.join(shown)})" if shown else "")
         spec = OPS[self.op]
         shown = [f"{k}={v}" for k, v in self.params if k != "weight" and spec.defaults().get(k, None) != v]
         return self.op + (f"({','.join(shown)})" if shown else "")
+
+    def streams(self, direction: str) -> float:
+        """Arrays of x's size read + written in this direction (the copy baseline moves as many bytes)."""
+        return _GATED_STREAMS[direction] if self.op in GATED else STREAMS[direction]
 
     def call_params(self, dtype: np.dtype) -> dict[str, Any]:
         if self.op == "prelu":
@@ -131,6 +144,8 @@ def parse_op(text: str) -> OpCase:
         given[k.strip()] = _value(v.strip())
     if name.strip() == BIAS_ACT:
         return _parse_bias_act(given, text)
+    if name.strip() in GATED:
+        return _parse_gated(name.strip(), given, text)
     spec = get(name.strip())
     if spec.name == "prelu":
         return OpCase("prelu", (("weight", "single"),))  # one slope, as on a 1-D array
@@ -166,6 +181,36 @@ def _parse_bias_act(given: dict[str, Any], text: str) -> OpCase:
     params = {"act": act, "dim": call.dim, "gain": float(own.get("gain", 1.0)),
               "clamp": None if own.get("clamp") is None else float(own["clamp"]), **call.act_p}
     return OpCase(BIAS_ACT, tuple(params.items()))
+
+
+def _parse_gated(name: str, given: dict[str, Any], text: str) -> OpCase:
+    """Checked through the op's definition and its activation's, as `ma.<name>` checks them."""
+    from ..gated import resolve
+
+    cdef = COMPOSITE_DEFINITIONS[name]
+    fn = f"multiact bench --op {text}"
+    if "dim" in given and given["dim"] != -1:
+        raise ValueError(f"bad dim {given['dim']!r} in {text!r}: multiact bench times {name} along dim=-1 "
+                         "(rows, 2 * hidden)")
+    given.pop("dim", None)
+    for p in cdef.params:
+        v = given.get(p.name)
+        if p.kind == "int" and isinstance(v, float) and v.is_integer():
+            given[p.name] = int(v)
+    own = {k: v for k, v in given.items() if k in cdef.param_names}
+    extra = {k: v for k, v in given.items() if k not in cdef.param_names}
+    call = resolve(cdef, own, extra, fn)  # ValueError/TypeError naming what is wrong
+    checked = {p.name: p.validate(fn, own.get(p.name, p.default)) for p in cdef.params}
+    return OpCase(name, tuple(checked.items()) + (tuple(call.act_p.items()) if cdef.takes_act_params else ()))
+
+
+def gated_shape(n: int) -> tuple[int, int]:
+    """(rows, 2 * hidden) for n elements of x, hidden up to 4096; ValueError if n does not split so."""
+    width = min(8192, n)
+    if n % width or width % 2:
+        raise ValueError(f"bad size {size_label(n)} for a gated op: use a power of two (e.g. 64K, 16M), so that "
+                         "it splits into (rows, 2 * hidden)")
+    return n // width, width
 
 
 def bias_act_shape(n: int, dim: int) -> tuple[int, ...]:
@@ -385,6 +430,29 @@ def _bias_act_backend(name: str, op: OpCase, direction: str, arrays, out) -> P.B
                    lambda: ma.bias_act_grad(dy, x, b, act, out=out, backend=name, **own, **p))
 
 
+def _gated_backend(name: str, op: OpCase, direction: str, arrays, out) -> P.Bound | str:
+    """ma.<gated op> / its _grad on one backend; arrays (x,) forward, (dy, x) otherwise; out (y, dx)."""
+    import multiact as ma
+
+    if direction == "forward_backward":
+        return _compose(name, _gated_backend(name, op, "forward", arrays[1:], out),
+                        _gated_backend(name, op, "backward", arrays, out))
+    from ..gated import resolve
+
+    cdef = COMPOSITE_DEFINITIONS[op.op]
+    p = dict(op.params)
+    own = {k: v for k, v in p.items() if k in cdef.param_names}
+    extra = {k: v for k, v in p.items() if k not in cdef.param_names}
+    key = resolve(cdef, own, extra, f"{op.op}()").key
+    if not registry.module(name).supports(key, direction, out[0].dtype.name):
+        return f"{name} has no {key} {direction} kernel for {out[0].dtype}"
+    if direction == "forward":
+        f, (x,) = getattr(ma, op.op), arrays
+        return P.Bound(name, lambda: f(x, backend=name, **p), lambda: f(x, out=out[0], backend=name, **p))
+    g, (dy, x) = getattr(ma, f"{op.op}_grad"), arrays
+    return P.Bound(name, lambda: g(dy, x, backend=name, **p), lambda: g(dy, x, out=out[1], backend=name, **p))
+
+
 def bind(impl: str, op: OpCase, direction: str, arrays: tuple[np.ndarray, ...], out: Any,
          threads: int) -> P.Bound | str:
     """Implementation 'backend:NAME' or 'peer:NAME' bound to `arrays` ((x,), (dy, x), or (dy, y) for
@@ -398,6 +466,17 @@ def bind(impl: str, op: OpCase, direction: str, arrays: tuple[np.ndarray, ...], 
         p = dict(op.params)
         return P.make_bias_act(name, p["act"], op.act_params(), p["dim"], p["gain"], p["clamp"], direction, arrays,
                                threads)
+    if op.op in GATED:
+        if kind == "backend":
+            return _gated_backend(name, op, direction, arrays, out)
+        from ..gated import resolve
+
+        cdef = COMPOSITE_DEFINITIONS[op.op]
+        p = dict(op.params)
+        call = resolve(cdef, {k: v for k, v in p.items() if k in cdef.param_names},
+                       {k: v for k, v in p.items() if k not in cdef.param_names}, f"{op.op}()")
+        return P.make_gated(name, op.op, call.act.name, call.act_p, call.gate_first, p["layout"], p.get("limit"),
+                            direction, arrays, threads)
     params = op.call_params(out.dtype)
     if kind == "backend":
         return _backend_bound(name, op, direction, arrays, out, params)
@@ -421,6 +500,11 @@ def _y_of(op: OpCase, x: np.ndarray) -> np.ndarray:
 
 def _case_arrays(op: OpCase, direction: str, x: np.ndarray, dy: np.ndarray, out: np.ndarray) -> tuple[tuple, Any]:
     """(the arrays a call takes, its out) from flat x, dy, out of the same size."""
+    if op.op in GATED:
+        rows, width = gated_shape(x.size)
+        xs, dxo = x.reshape(rows, width), out.reshape(rows, width)
+        dys, yo = dy[: x.size // 2].reshape(rows, width // 2), out[: x.size // 2].reshape(rows, width // 2)
+        return ((xs,) if direction == "forward" else (dys, xs)), (yo, dxo)
     if op.op == BIAS_ACT:
         dim = dict(op.params)["dim"]
         shape = bias_act_shape(x.size, dim)
@@ -462,10 +546,12 @@ def run(
     missing = {p: why for p, (ok, why) in peer_ok.items() if not ok}
     live_peers = [p for p in peers if peer_ok[p][0]]
     thread_list = list(threads or [ma.get_num_threads()])
-    for op in ops:
-        if op.op == BIAS_ACT:
-            for n in sizes:
-                bias_act_shape(n, dict(op.params)["dim"])  # a size that does not split: say so before timing
+    for op in ops:  # a size that does not split: say so before timing
+        for n in sizes:
+            if op.op == BIAS_ACT:
+                bias_act_shape(n, dict(op.params)["dim"])
+            elif op.op in GATED:
+                gated_shape(n)
     configs = [(op, dt, n, t, d) for op in ops for dt in dtypes for n in sizes for t in thread_list for d in directions]
     rows: list[Row] = []
     skipped: list[dict[str, str]] = []
@@ -483,7 +569,7 @@ def run(
                     dy = rng.standard_normal(n, dtype=np.float32).astype(dt)
                     data[key] = (x, dy, np.empty_like(x))
                 x, dy, out = data[key]
-                if d == "backward_y" and (op.op == BIAS_ACT or OPS[op.op].backward_y is None):
+                if d == "backward_y" and (op.op not in OPS or OPS[op.op].backward_y is None):
                     skipped.append({"impl": "all", "case": f"{op.label} {d} {dt}", "why": f"{op.op} has no y-form"})
                     continue
                 arrays, o = _case_arrays(op, d, x, dy, out)
@@ -513,8 +599,8 @@ def _one_config(op, direction, dtype, n, threads, arrays, out, small, backends, 
         for f in () if isinstance(warm, str) else (warm.alloc, warm.into):
             if f is not None:
                 f()
-    nbytes = STREAMS[direction] * n * dtype.itemsize
-    fns: list[Callable[[], Any]] = [_copy_bound(max(1, STREAMS[direction] * n // 2), dtype)]
+    nbytes = int(op.streams(direction) * n) * dtype.itemsize
+    fns: list[Callable[[], Any]] = [_copy_bound(max(1, int(op.streams(direction) * n) // 2), dtype)]
     labels: list[tuple[str, str, str, str]] = [("copy", "baseline", "out", "")]
     for kind, b in bounds:
         for mode in modes:
@@ -524,7 +610,7 @@ def _one_config(op, direction, dtype, n, threads, arrays, out, small, backends, 
                 continue
             fns.append(f)
             labels.append((b.name, kind, mode, b.note))
-    shape = tuple(arrays[-2].shape) if op.op == BIAS_ACT else None
+    shape = tuple(arrays[-2].shape) if op.op == BIAS_ACT else tuple(arrays[-1].shape) if op.op in GATED else None
     meta = dict(op=op.label, direction=direction, dtype=dtype.name, size=n, threads=threads, bytes=nbytes, shape=shape)
     return timed_rows(fns, labels, meta, samples, budget_s, resample, max_spread)
 

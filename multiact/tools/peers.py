@@ -352,6 +352,80 @@ def make_bias_act(peer: str, act: str, act_params: dict[str, Any], dim: int, gai
     return Bound("torch", call, None, note)
 
 
+def make_gated(peer: str, op: str, act: str, act_params: dict[str, Any], gate_first: bool, layout: str,
+               limit: float | None, direction: str, arrays: tuple[Any, ...], threads: int) -> Bound | str:
+    """torch's equivalent of a gated op along the last axis (F.glu for glu's own form, else the unfused
+    `F.<act>(gate) * up` of the two halves), bound to (x,) forward and (dy, x) otherwise; or why there is none.
+
+    backward: from the saved halves and act(gate), as autograd's: dgate = act'(gate) * dy * up, dup = dy *
+    act(gate), concatenated; forward_backward: the forward and autograd's backward."""
+    ok, why = available(peer)
+    if not ok:
+        return why
+    if peer != "torch":
+        return f"no peer: {peer} has no {op} here (torch's is the reference)"
+    if act not in _TORCH_OPS:
+        return f"no peer: torch has no {act}"
+    if layout != "halves" or limit is not None:
+        return f"no peer: torch has no {op} with layout={layout!r}, limit={limit}"
+    differs = reproduces("torch", act, act_params)
+    if differs:
+        return differs
+    import torch
+
+    torch.set_num_threads(threads)
+    entry = _torch_table(torch, act_params)[act]
+    f = entry["fwd"][0]
+    own_glu = act == "sigmoid" and not gate_first  # torch's F.glu is exactly this form
+
+    def fwd(x):
+        if own_glu:
+            return torch.nn.functional.glu(x, -1)
+        a, b = x.chunk(2, -1)
+        gate, up = (a, b) if gate_first else (b, a)
+        return f(gate) * up
+
+    ts = [_tensor(torch, a) for a in arrays]
+    note = "F.glu" if own_glu else "unfused"
+    if direction == "forward":
+        (x,) = ts
+        call = lambda: fwd(x)  # noqa: E731
+    elif direction == "backward":
+        dy, x = ts
+        a, b = x.chunk(2, -1)
+        gate, up = (a, b) if gate_first else (b, a)
+        fg = f(gate)
+        if own_glu:
+            call = lambda: torch.ops.aten.glu_backward(dy, x, -1)  # noqa: E731
+            g = saved = None
+        elif "bwd" in entry:
+            g, saved = entry["bwd"][0], gate
+        elif "bwd_y" in entry:
+            g, saved = entry["bwd_y"][0], fg
+        else:
+            return f"no peer: torch has no {act} backward kernel"
+
+        if not own_glu:
+            def call():
+                dgate, dup = g(dy * up, saved), dy * fg
+                return torch.cat((dgate, dup) if gate_first else (dup, dgate), -1)
+
+        note += "" if own_glu else ", from saved halves"
+    else:
+        dy, x = ts
+        xg = x.detach().requires_grad_(True)
+
+        def call():
+            return torch.autograd.grad(fwd(xg), (xg,), dy)[0]
+
+        note += ", autograd"
+    try:
+        call()
+    except (RuntimeError, TypeError, NotImplementedError) as e:
+        return f"no peer: torch {op} {direction} failed in {ts[-1].dtype}: {str(e).splitlines()[0]}"
+    return Bound("torch", call, None, note)
+
+
 # ---- ONNX Runtime -------------------------------------------------------------
 
 def _ort_nodes(op: str, p: dict[str, Any]) -> tuple[list[tuple[str, list[str], dict]], dict[str, float]] | None:

@@ -10,6 +10,7 @@ bytes as the baseline: `Tensor.copy_`); ratios are torch's time over multiact's.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -60,6 +61,25 @@ def _bounds(op: B.OpCase, direction: str, dy: Any, x: Any, threads: int) -> list
         out.append(("peer", P.make_bias_act("torch", act, op.act_params(), dim, own["gain"], own["clamp"], direction,
                                             arrays, threads)))
         return out
+    if op.op in B.GATED:
+        p = dict(op.params)
+        f, g, m = getattr(ma, op.op), getattr(ma, f"{op.op}_grad"), getattr(mt, op.op)
+        xg = x.detach().requires_grad_(True)
+        if direction == "forward":
+            fa, fm = (lambda: f(x, **p)), (lambda: m(x, **p))
+        else:
+            fa = lambda: (f(x, **p), g(dy, x, **p))  # noqa: E731
+            fm = lambda: torch.autograd.grad(m(xg, **p), (xg,), dy)  # noqa: E731
+        out += [("backend", _tried("ma.f(t)", fa, what)), ("backend", _tried("mt.f(t)", fm, what))]
+        from ..gated import resolve
+
+        cdef = B.COMPOSITE_DEFINITIONS[op.op]
+        call = resolve(cdef, {k: v for k, v in p.items() if k in cdef.param_names},
+                       {k: v for k, v in p.items() if k not in cdef.param_names}, f"{op.op}()")
+        arrays = (x,) if direction == "forward" else (dy, x)
+        out.append(("peer", P.make_gated("torch", op.op, call.act.name, call.act_p, call.gate_first, p["layout"],
+                                         p.get("limit"), direction, arrays, threads)))
+        return out
     params = {k: torch.as_tensor(v) if hasattr(v, "dtype") and not isinstance(v, float) else v
               for k, v in op.call_params(_np_dtype(x)).items()}
     f, g, m = getattr(ma, op.op), getattr(ma, f"{op.op}_grad"), getattr(mt, op.op)
@@ -78,6 +98,17 @@ def _bounds(op: B.OpCase, direction: str, dy: Any, x: Any, threads: int) -> list
     else:
         out.append(("peer", P.torch_autograd(own_fn, dy, x, what)))
     return out
+
+
+def _shapes(op: B.OpCase, n: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(x's shape, dy's shape) for n elements of x; ValueError for a size that does not split."""
+    if op.op == B.BIAS_ACT:
+        shape = B.bias_act_shape(n, dict(op.params)["dim"])
+        return shape, shape
+    if op.op in B.GATED:
+        rows, width = B.gated_shape(n)
+        return (rows, width), (rows, width // 2)
+    return (n,), (n,)
 
 
 def _np_dtype(t: Any) -> Any:
@@ -111,9 +142,8 @@ def run(ops: Sequence[B.OpCase], dtypes: Sequence[str] = ("float32",), sizes: Se
         raise ValueError(f"--framework torch needs torch: {why}")
     thread_list = list(threads or [ma.get_num_threads()])
     for op in ops:
-        if op.op == B.BIAS_ACT:
-            for n in sizes:
-                B.bias_act_shape(n, dict(op.params)["dim"])
+        for n in sizes:
+            _shapes(op, n)
     configs = [(op, dt, n, t, d) for op in ops for dt in dtypes for n in sizes for t in thread_list for d in directions]
     rows: list[B.Row] = []
     skipped: list[dict[str, str]] = []
@@ -125,11 +155,12 @@ def run(ops: Sequence[B.OpCase], dtypes: Sequence[str] = ("float32",), sizes: Se
             ma.set_num_threads(t)
             torch.set_num_threads(t)
             tdt = getattr(torch, dt)
-            shape = B.bias_act_shape(n, dict(op.params)["dim"]) if op.op == B.BIAS_ACT else (n,)
+            shape, dy_shape = _shapes(op, n)
             x = (torch.randn(shape, generator=gen) * 3).to(tdt)
-            dy = torch.randn(shape, generator=gen).to(tdt)
-            small = B.bias_act_shape(64, dict(op.params)["dim"]) if op.op == B.BIAS_ACT else (64,)
-            for _kind, b in _bounds(op, d, dy.reshape(-1)[:64].reshape(small), x.reshape(-1)[:64].reshape(small), t):
+            dy = torch.randn(dy_shape, generator=gen).to(tdt)
+            small, dy_small = _shapes(op, 64)
+            for _kind, b in _bounds(op, d, dy.reshape(-1)[: math.prod(dy_small)].reshape(dy_small),
+                                    x.reshape(-1)[:64].reshape(small), t):
                 if not isinstance(b, str):  # once on 64 elements: JIT compilation is not a slow first call
                     b.alloc()
             where = f"{op.label} {d} {dt}"
@@ -141,12 +172,13 @@ def run(ops: Sequence[B.OpCase], dtypes: Sequence[str] = ("float32",), sizes: Se
                     continue
                 fns.append(b.alloc)
                 labels.append((b.name, kind, "alloc", b.note))
-            src = torch.ones(max(1, B.STREAMS[d] * n // 2), dtype=tdt)
+            moved = int(op.streams(d) * n)
+            src = torch.ones(max(1, moved // 2), dtype=tdt)
             dst = torch.empty_like(src)
             fns.insert(0, lambda s=src, o=dst: o.copy_(s))
             labels.insert(0, ("copy", "baseline", "out", "Tensor.copy_ of the same bytes"))
-            meta = dict(op=op.label, direction=d, dtype=dt, size=n, threads=t, bytes=B.STREAMS[d] * n * x.itemsize,
-                        shape=tuple(shape) if op.op == B.BIAS_ACT else None)
+            meta = dict(op=op.label, direction=d, dtype=dt, size=n, threads=t, bytes=moved * x.itemsize,
+                        shape=tuple(shape) if len(shape) > 1 else None)
             rows += B.timed_rows(fns, labels, meta, samples, budget_s, resample, max_spread)
     finally:
         ma.set_num_threads(old[0])
