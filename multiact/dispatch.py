@@ -340,6 +340,37 @@ def _view(a: Any) -> np.ndarray:
     return a.detach().numpy() if a.requires_grad else a.numpy()
 
 
+def eager_forward(hit: _Fast, x: Any) -> Any:
+    """multiact.torch's autograd path: the cached forward on a plain CPU tensor x that requires grad
+    (the caller checked type, device and cache key); the result's dtype is x's."""
+    if x.dtype is _BF16[0]:
+        return tensor_hot(hit, "", ("x",), (x,), None)
+    xa = x.detach().numpy()
+    res = np.empty_like(xa)
+    try:
+        hit.kernel(xa, res, hit.p)
+    except Exception as e:
+        annotate(e, hit)
+        raise
+    return _FROM_NUMPY[0](res)
+
+
+def eager_backward(hit: _Fast, g: Any, x: Any) -> Any:
+    """multiact.torch's autograd path: the cached backward for autograd's gradient g of a forward on x (the
+    engine checked g's shape and dtype against the output, which are x's); MISS where g is unusual."""
+    if type(g) is not TENSOR[0] or not g.is_cpu or g.dtype is not x.dtype or x.dtype is _BF16[0]:
+        return tensor_hot(hit, "", ("dy", "x"), (g, x), None) if type(g) is TENSOR[0] else MISS
+    ga = g.detach().numpy() if g.requires_grad else g.numpy()
+    xa = x.detach().numpy()
+    res = np.empty_like(xa)
+    try:
+        hit.kernel(ga, xa, res, hit.p)
+    except Exception as e:
+        annotate(e, hit)
+        raise
+    return _FROM_NUMPY[0](res)
+
+
 def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any) -> Any:
     """Run a cached call on plain CPU tensors (ins[-1] is the array whose dtype and shape the result
     takes; the generated function checked its type); MISS where the checked path must decide (another
@@ -348,6 +379,15 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
     if not like.is_cpu:
         return MISS
     dt = like.dtype
+    if out is None and len(ins) == 1 and dt is not _BF16[0]:  # the common case, with nothing in the way
+        xa = like.detach().numpy() if like.requires_grad else like.numpy()
+        res = np.empty_like(xa)
+        try:
+            hit.kernel(xa, res, hit.p)
+        except Exception as e:
+            annotate(e, hit)
+            raise
+        return _FROM_NUMPY[0](res)
     if len(ins) == 2:
         a = ins[0]
         if type(a) is not TENSOR[0] or a.dtype != dt or a.shape != like.shape or not a.is_cpu:

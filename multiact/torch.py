@@ -534,31 +534,47 @@ def _eager() -> bool:
 
 _C = torch._C
 _compiling = torch.compiler.is_compiling
-_X, _DY_X = ("x",), ("dy", "x")
+_X = ("x",)
 
 
 class _Eager(torch.autograd.Function):
-    """One op's forward with autograd on the tensor hot path (see above)."""
+    """One op's forward with autograd on the tensor hot path (see above).  Its one argument besides x is
+    the cached forward call, so that Function.apply has little to look through; what the backward needs
+    is kept beside it, in _BACKWARD."""
 
     @staticmethod
-    def forward(ctx, x, s: _OpSet, hit, key: tuple, vals: tuple):
+    def forward(ctx, x, hit):
         ctx.save_for_backward(x)
-        ctx.s, ctx.key, ctx.vals = s, key, vals
-        return dispatch.tensor_hot(hit, s.spec.label("forward"), _X, (x,), None)
+        ctx.hit = hit
+        return dispatch.eager_forward(hit, x)
 
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        s = ctx.s
-        if not _C.is_grad_enabled() and type(g) is torch.Tensor:  # not recorded: no second order
-            hit = dispatch.fast_cache(s.spec).get(("backward", *ctx.key, registry.preference_key()))
+        s, key, vals = _BACKWARD[ctx.hit]
+        if not _C.is_grad_enabled():  # the backward is not recorded: no second order through it
+            hit = dispatch.fast_cache(s.spec).get(key + (registry.preference_key(),))
             if hit is not None:
-                dx = dispatch.tensor_hot(hit, s.spec.label("backward"), _DY_X, (g, x), None)
+                dx = dispatch.eager_backward(hit, g, x)
                 if dx is not dispatch.MISS:
-                    return dx, None, None, None, None
-        kinds = (p.kind for p in s.spec.params)
-        args = [_float(v) if k == "float" else v for v, k in zip(ctx.vals, kinds, strict=False)]
-        return s.grad(g, x, *args), None, None, None, None
+                    return dx, None
+        return s.grad(g, x, *vals), None  # the custom op: differentiable, and it fills the cache
+
+
+_BACKWARD: dict[Any, tuple] = {}  # a cached forward call -> (its op set, its backward's cache key, custom op args)
+
+
+def _eager_grad(s: _OpSet, hit, key: tuple, vals: tuple):
+    """What _Eager's backward needs for the forward call `hit` (remembered once per cached call)."""
+    got = _BACKWARD.get(hit)
+    if got is None:
+        kinds = [p.kind for p in s.spec.params] + ["backend"]
+        args = tuple(_float(v) if k == "float" else v for v, k in zip(vals, kinds, strict=True))
+        got = _BACKWARD[hit] = (s, ("backward", *key), args)
+        if len(_BACKWARD) > 4096:
+            _BACKWARD.clear()
+            _BACKWARD[hit] = got
+    return got
 
 
 def _make_function(spec: OpSpec):
@@ -575,7 +591,9 @@ def _make_function(spec: OpSpec):
             f"        hit = _cache.get(('forward', *k, _prefs()))\n"
             f"        if hit is not None and x.is_cpu:\n"
             f"            if x.requires_grad and _grad_on():\n"
-            f"                return _Eager.apply(x, _set, hit, k, ({values}backend,))\n"
+            f"                if hit not in _BACKWARD:\n"
+            f"                    _eager_grad(_set, hit, k, ({values}backend,))\n"
+            f"                return _Eager.apply(x, hit)\n"
             f"            return _thot(hit, _FN, _X, (x,), None)\n"
         )
     src = (
@@ -587,7 +605,7 @@ def _make_function(spec: OpSpec):
         "_spec": spec, "_apply": _apply, "_T": torch.Tensor, "_eager": _eager, "_NUM": api._NUM,
         "_zero_key": api._zero_key, "_cache": dispatch.fast_cache(spec), "_prefs": registry.preference_key,
         "_grad_on": _C.is_grad_enabled, "_Eager": _Eager, "_set": SETS[spec.name], "_thot": dispatch.tensor_hot,
-        "_FN": spec.label("forward"), "_X": _X,
+        "_FN": spec.label("forward"), "_X": _X, "_BACKWARD": _BACKWARD, "_eager_grad": _eager_grad,
     }
     exec(compile(src, f"<multiact.torch.{spec.name}>", "exec"), ns)  # noqa: S102 - generated from the op table
     f = ns[spec.name]
@@ -608,7 +626,19 @@ def module_name(op: str) -> str:
     return OPS[op].defn.module_name
 
 
-class _ActivationModule(nn.Module):
+class _Multiact(nn.Module):
+    """What every multiact.torch module shares: print(model) says which modules are multiact's."""
+
+    backend: str | None
+
+    def __repr__(self) -> str:
+        return super().__repr__() + " [multiact]"
+
+    def _backend_repr(self) -> str:
+        return f"backend={'auto' if self.backend is None else repr(self.backend)}"
+
+
+class _ActivationModule(_Multiact):
     """Base of the generated modules: the op's parameters as attributes, validated when built."""
 
     _spec: OpSpec
@@ -628,8 +658,7 @@ class _ActivationModule(nn.Module):
         parts = [f"{p.name}={getattr(self, p.name)!r}" for p in self._spec.params]
         if self.inplace:
             parts.append("inplace=True")
-        if self.backend is not None:
-            parts.append(f"backend={self.backend!r}")
+        parts.append(self._backend_repr())
         return ", ".join(parts)
 
 
@@ -651,7 +680,7 @@ def _make_module(spec: OpSpec) -> type:
     return cls
 
 
-class Swish(nn.Module):
+class Swish(_Multiact):
     """x * sigmoid(beta x) with beta learned (learnable=True) through multiact.swish_beta_grad."""
 
     def __init__(self, beta: float = 1.0, learnable: bool = True, inplace: bool = False, *,
@@ -670,10 +699,11 @@ class Swish(nn.Module):
 
     def extra_repr(self) -> str:
         learn = isinstance(self.beta, nn.Parameter)
-        return f"beta={float(self.beta.detach()):g}, learnable={learn}" + (", inplace=True" if self.inplace else "")
+        return (f"beta={float(self.beta.detach()):g}, learnable={learn}" + (", inplace=True" if self.inplace else "")
+                + f", {self._backend_repr()}")
 
 
-class PReLU(nn.Module):
+class PReLU(_Multiact):
     """Parametric ReLU, a learned slope per channel (dim 1) or one for all, through multiact.prelu_weight_grad."""
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25, inplace: bool = False, *,
@@ -689,7 +719,8 @@ class PReLU(nn.Module):
         return _apply(OPS["prelu"], x, {"weight": self.weight, "axis": 1}, self.inplace, self.backend)
 
     def extra_repr(self) -> str:
-        return f"num_parameters={self.num_parameters}" + (", inplace=True" if self.inplace else "")
+        return (f"num_parameters={self.num_parameters}" + (", inplace=True" if self.inplace else "")
+                + f", {self._backend_repr()}")
 
 
 MODULES: dict[str, type] = {"swish": Swish, "prelu": PReLU}
@@ -938,7 +969,7 @@ def _make_gated_function(cdef: CompositeDef):
     return f
 
 
-class _GatedModule(nn.Module):
+class _GatedModule(_Multiact):
     """Base of the gated modules: the op's parameters as attributes, validated when built;
     forward(x) is the one-input form, forward(gate, up) the two-input form."""
 
@@ -958,8 +989,7 @@ class _GatedModule(nn.Module):
     def extra_repr(self) -> str:
         parts = [f"{p.name}={getattr(self, p.name)!r}" for p in self._cdef.params if getattr(self, p.name) is not None]
         parts += [f"{k}={v!r}" for k, v in self.act_params.items()]
-        if self.backend is not None:
-            parts.append(f"backend={self.backend!r}")
+        parts.append(self._backend_repr())
         return ", ".join(parts)
 
 
@@ -1090,7 +1120,7 @@ bias_act.__doc__ = (f"{fused_bias_act.DEFN.summary} Differentiable: the backward
                     "multiact.bias_act's; backend= runs forward and backward on that backend only.")
 
 
-class BiasAct(nn.Module):
+class BiasAct(_Multiact):
     """Fused bias (learned, one per channel along dim) + activation + gain + clamp; scale=True adds a
     learned per-channel scale (initialised to 1) applied before the bias."""
 
@@ -1119,6 +1149,7 @@ class BiasAct(nn.Module):
         if self.scale is not None:
             parts.append("scale=True")
         parts += [f"{k}={v!r}" for k, v in self.act_params.items()]
+        parts.append(self._backend_repr())
         return ", ".join(parts)
 
 
@@ -1195,3 +1226,15 @@ def opcheck_samples(dtype: torch.dtype, *, every_case: bool = False) -> list[tup
                 ("bias_act_grad", ba.grad, (t(2, 3, 4, grad=False), t(2, 3, 4, grad=False), t(3, grad=False),
                                             t(3, grad=False), *args))]
     return out
+
+
+# ---- what the module shows ----------------------------------------------------------------------------
+
+# Public beside the functions and modules (which `from multiact.torch import *` brings): the tables of
+# them, the registered custom ops and the samples opcheck runs on.
+_EXTRAS = ("CUSTOM_OPS", "FUNCTIONS", "MODULES", "NAMESPACE", "module_name", "opcheck_samples")
+
+
+def __dir__() -> list[str]:
+    """Only the public names (not the imports and helpers: torch, nn, dispatch, Any, ...)."""
+    return sorted({*__all__, *_EXTRAS})

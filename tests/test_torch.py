@@ -399,3 +399,36 @@ def test_writing_into_a_tensor_bumps_its_version_so_autograd_raises():
     before = dy._version
     ma.relu_grad(dy, torch.tensor([1.0, -1.0, 2.0, -2.0]), out=dy)
     assert dy._version > before
+
+
+# ---- readable objects (issue 21 item 4) ---------------------------------------------------------------
+
+
+def test_every_module_says_multiact_when_printed():
+    made = [mt.BiasAct(4, "gelu")]
+    for name, cls in mt.MODULES.items():
+        if name in OPS and name not in ("swish", "prelu"):
+            spec = OPS[name]
+            made.append(cls(**{**spec.defaults(), **C.param_cases(spec)[0]}))
+        elif name != "bias_act":
+            made.append(cls())
+    for m in made:
+        text = repr(m)
+        assert text.endswith(" [multiact]") and "backend=auto" in text, text
+        assert text.startswith(type(m).__name__ + "("), text
+    assert repr(mt.GELU(approximate="tanh")) == "GELU(approximate='tanh', backend=auto) [multiact]"
+    assert repr(mt.LeakyReLU(0.2, backend="numpy")) == "LeakyReLU(negative_slope=0.2, backend='numpy') [multiact]"
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), mt.SiLU(), torch.nn.ReLU())
+    lines = repr(model).splitlines()
+    assert lines[2].strip() == "(1): SiLU(backend=auto) [multiact]" and "multiact" not in lines[3], lines
+
+
+def test_dir_lists_only_public_names():
+    names = dir(mt)
+    for hidden in ("Any", "torch", "nn", "np", "dispatch", "math", "inspect", "ast", "api", "registry", "OPS"):
+        assert hidden not in names
+    assert not [n for n in names if n.startswith("_")]
+    assert set(mt.__all__) <= set(names)
+    assert {*mt.FUNCTIONS, *(cls.__name__ for cls in mt.MODULES.values())} == set(mt.__all__)
+    for n in names:
+        getattr(mt, n)
