@@ -80,13 +80,14 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="time backends and peers side by side")
     bench.add_argument("--op", action="append", type=_csv, metavar="OP[,OP]",
                        help="ops, optionally with parameters: gelu:approximate=tanh; the fused "
-                       "bias_act:act=gelu[:dim=1|-1] against torch's unfused F.gelu(x + b.view(...)) "
-                       "(default: common ops)")
+                       "bias_act:act=gelu[:dim=1|-1] against torch's unfused F.gelu(x + b.view(...)); the gated "
+                       "swiglu, geglu, glu[:act=...], reglu along dim=-1 (default: common ops)")
     bench.add_argument("--framework", choices=("numpy", "torch"), default="numpy",
                        help="numpy: backends on NumPy arrays (default); torch: ma.<op>(tensor) and "
                        "multiact.torch.<op> on CPU tensors against torch's own functions, forward and "
                        "forward_backward (autograd)")
-    bench.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]", help="default float32")
+    bench.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]",
+                       help="float16, float32, float64; with --framework torch also bfloat16 (default float32)")
     bench.add_argument("--size", action="append", type=_csv, metavar="N[,N]", help="elements; K=1024, M=1024^2 "
                        "(default 1K,64K,1M,16M)")
     bench.add_argument("--threads", action="append", type=_csv, metavar="T[,T]",
