@@ -30,6 +30,7 @@ import numpy as np
 from .. import registry
 from .._opdefs import COMPOSITE_DEFINITIONS
 from ..consistency import param_cases
+from ..fused_bias_act import DEFN as _BIAS_DEFN
 from ..optable import OPS, REQUIRED, get
 from . import peers as P
 
@@ -93,7 +94,7 @@ class OpCase:
             p = dict(self.params)
             act = OpCase(p["act"], tuple((k, v) for k, v in self.params if k not in _BIAS_OWN)).label \
                 if p["act"] in OPS else p["act"]
-            shown = [f"{k}={p[k]}" for k in ("gain", "clamp") if p.get(k) is not None and p.get(k) != _BIAS_DEFAULTS[k]]
+            shown = [f"{k}={p[k]}" for k in _BIAS_OWN if k not in ("act", "dim") and p[k] != _BIAS_DEFAULTS[k]]
             return f"bias_act({','.join([act, *shown, 'dim=' + str(p['dim'])])})"
         if self.op in GATED:
             own = {p.name: p.default for p in COMPOSITE_DEFINITIONS[self.op].params}
@@ -112,24 +113,14 @@ class OpCase:
             return {"weight": np.array([0.25], dtype=dtype)}
         return dict(self.params)
 
-    @property
-    def act(self) -> str:
-        """The activation an op runs: itself, or bias_act's act."""
-        return dict(self.params)["act"] if self.op == BIAS_ACT else self.op
-
     def act_params(self) -> dict[str, Any]:
         """The activation's own parameters (bias_act's act_params; an op's params)."""
         return {k: v for k, v in self.params if k not in _BIAS_OWN} if self.op == BIAS_ACT else dict(self.params)
 
 
-def _bias_act_defn() -> Any:
-    from ..fused_bias_act import DEFN
-
-    return DEFN
-
-
-_BIAS_OWN = ("act", "dim", "gain", "clamp")  # bias_act's own parameters (checked against its definition below)
-_BIAS_DEFAULTS = {"gain": 1.0, "clamp": None}
+# bias_act's own parameters (act, dim, gain, clamp) and their defaults, from its definition
+_BIAS_OWN = _BIAS_DEFN.param_names
+_BIAS_DEFAULTS = {p.name: p.default for p in _BIAS_DEFN.params}
 
 
 def parse_op(text: str) -> OpCase:
@@ -166,8 +157,6 @@ def _parse_bias_act(given: dict[str, Any], text: str) -> OpCase:
     """Checked through bias_act's own definition (and its activation's), as `ma.bias_act` checks them."""
     from ..fused_bias_act import resolve
 
-    defn = _bias_act_defn()
-    assert set(_BIAS_OWN) == set(defn.param_names), "bench's bias_act parameters drifted from its definition"
     if "dim" in given:
         d = given["dim"]
         if not (isinstance(d, float) and d.is_integer() and int(d) in BIAS_ACT_DIMS):
@@ -176,11 +165,10 @@ def _parse_bias_act(given: dict[str, Any], text: str) -> OpCase:
         given["dim"] = int(d)
     own = {k: v for k, v in given.items() if k in _BIAS_OWN}
     extra = {k: v for k, v in given.items() if k not in _BIAS_OWN}
-    call = resolve(own, extra, f"multiact bench --op {text}")  # ValueError/TypeError naming what is wrong
-    act = call.act.name
-    params = {"act": act, "dim": call.dim, "gain": float(own.get("gain", 1.0)),
-              "clamp": None if own.get("clamp") is None else float(own["clamp"]), **call.act_p}
-    return OpCase(BIAS_ACT, tuple(params.items()))
+    fn = f"multiact bench --op {text}"
+    call = resolve(own, extra, fn)  # ValueError/TypeError naming what is wrong
+    checked = {p.name: p.validate(fn, own.get(p.name, p.default)) for p in _BIAS_DEFN.params}
+    return OpCase(BIAS_ACT, tuple({**checked, "act": call.act.name, **call.act_p}.items()))
 
 
 def _parse_gated(name: str, given: dict[str, Any], text: str) -> OpCase:
