@@ -99,6 +99,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         return _prelu_weight_grad(s, symbol, dtype)
     if signature in ("gated", "gated_grad"):
         return _gated(s, row, dtype, signature == "gated_grad")
+    if signature in ("bias_act", "bias_act_grad"):
+        return _bias_act(s, row, dtype, signature == "bias_act_grad")
     return _swish_beta_grad(s, symbol, dtype, cost)
 
 
@@ -384,3 +386,78 @@ def _gated(s: dict, row: tuple, dtype: str, backward: bool) -> Callable:
         if out.size:
             call((gate, up, out), params(p))
     return kf
+
+
+# ---- the bias_act family (bias_act:<act>): C-contiguous (outer, C, inner) views straight to C ----------
+
+
+def _bias_act(s: dict, row: tuple, dtype: str, backward: bool) -> Callable:
+    """forward kernel(x3, b, s, out3, p); backward kernel(dy3, x3, b, s, dx3, db_full, ds_full, p) -> the
+    per-channel sums (2, C) in float64, or None where neither is asked for (p["sum_db"], p["sum_dscale"]).
+    b and s: None, (C,) or x3's shape.  The C code takes aligned C-contiguous arrays: other inputs are
+    copied, other outputs computed into contiguous results and written back (in place stays safe: every
+    input is read before the write-back)."""
+    from multiact import get_num_threads
+
+    lib, ffi = s["lib"], s["ffi"]
+    _, sym, _, names, cost = row
+    fn = getattr(lib, sym)
+    ct = "float *" if dtype == "float32" else "uint16_t *"
+    null = ffi.NULL
+    address = s.get("address") or s.setdefault("address", _address_reader(ffi))
+    cache: dict[tuple, Any] = {}  # parameter values -> their ma_params block
+
+    def params(p):
+        vals = (*(float(p[n]) for n in names), float(p["gain"]), float(p["clamp"]))
+        block = cache.get(vals)
+        if block is None:
+            ab = [*vals[:-2], 0.0, 0.0, 0.0, 0.0][:4]
+            block = ffi.new("ma_params *", [*ab, 0, float("inf"), 0.0, vals[-2], vals[-1]])
+            if len(cache) < 64:
+                cache[vals] = block
+        return block
+
+    def ok(a):
+        return a.flags.c_contiguous and a.flags.aligned
+
+    def ptr(a):
+        return null if a is None else ffi.cast(ct, address(a))
+
+    def kind(a):
+        return 0 if a is None else 1 if a.ndim == 1 else 2
+
+    def shape(x3, b, sc):
+        o, c, i = x3.shape
+        return ffi.new("ma_bshape *", [o, c, i, kind(b), kind(sc), cost, get_num_threads()])
+
+    def fixed(arrays):
+        return [a if a is None or ok(a) else np.require(a, requirements="CA") for a in arrays]
+
+    if not backward:
+        def kf(x3, b, sc, out3, p):
+            if out3.size == 0:
+                return
+            x3, b, sc = fixed((x3, b, sc))
+            dst = out3 if ok(out3) else np.empty(out3.shape, out3.dtype)
+            fn(ptr(x3), ptr(b), ptr(sc), ptr(dst), shape(x3, b, sc), params(p))
+            if dst is not out3:
+                out3[...] = dst
+        return kf
+
+    def kb(dy3, x3, b, sc, dx3, db_full, ds_full, p):
+        want = p["sum_db"] or p["sum_dscale"]
+        sums = np.zeros((2, x3.shape[1])) if want else None
+        if dx3.size == 0:
+            return sums
+        dy3, x3, b, sc = fixed((dy3, x3, b, sc))
+        outs = [a if a is None or ok(a) else np.empty(a.shape, a.dtype) for a in (dx3, db_full, ds_full)]
+        rc = fn(ptr(dy3), ptr(x3), ptr(b), ptr(sc), *(ptr(a) for a in outs),
+                null if sums is None else ffi.cast("double *", sums.ctypes.data), shape(x3, b, sc), params(p))
+        if rc:
+            raise MemoryError(f"native bias_act backward ({sym}): no memory for the per-chunk sums of "
+                              f"{x3.shape[1]} channels")
+        for o, t in zip((dx3, db_full, ds_full), outs, strict=True):
+            if o is not None and t is not o:
+                o[...] = t
+        return sums
+    return kb

@@ -46,9 +46,24 @@ DEFS = _OPDEFS.DEFS
 
 
 def _gated_keys():
-    """(family, activation, activation key) of the composite kernels native builds: the gated family's
-    (other families have signatures of their own, not built here yet)."""
+    """(family, activation, activation key) of the gated kernels native builds."""
     return [(f, d, k) for f, d, k in _OPDEFS.family_keys() if f.name == _OPDEFS.GATED.name]
+
+
+# bias_act's own activation (the family's own_keys): its C bodies op_linear / op_linear_grad live in the
+# bias_act section of ma_kernels.inc (the table has no identity op).
+_LINEAR_BODIES = {"forward": "linear", "backward": "linear_grad"}
+
+
+def _bias_keys():
+    """(activation definition or None for linear, activation key) of the bias_act kernels: linear (the
+    family's own) and every key of every composable activation, in definition order."""
+    fam = _OPDEFS.BIAS_ACT
+    return [(None, k) for k in fam.own_keys] + [(d, k) for d in DEFS if _OPDEFS.composable(d) for k in d.keys]
+
+
+def _bias_bodies(d, k) -> dict[str, str]:
+    return _LINEAR_BODIES if d is None else d.kernel_names(k)
 
 
 class Kernel(NamedTuple):
@@ -60,6 +75,7 @@ class Kernel(NamedTuple):
     cname: str
     symbol: str
     signature: str  # unary | binary | prelu | prelu_weight_grad | swish_beta_grad | gated | gated_grad
+    #                 | bias_act | bias_act_grad
 
 
 def _channel_op(d) -> bool:
@@ -84,6 +100,10 @@ def _rows() -> list[tuple[str, str, str, str, str]]:
     for fam, _, k in _gated_keys():
         rows += [(fam.name, fam.key(k), direction, fam.cname(k, direction), fam.name + sig)
                  for direction, sig in (("forward", ""), ("backward", "_grad"))]
+    fam = _OPDEFS.BIAS_ACT
+    for _, k in _bias_keys():
+        rows += [(fam.name, fam.key(k), direction, fam.cname(k, direction), fam.name + sig)
+                 for direction, sig in (("forward", ""), ("backward", "_grad"))]
     return rows
 
 
@@ -97,6 +117,14 @@ def family_bodies() -> list[tuple[str, str, str, str]]:
     return out
 
 
+def bias_bodies() -> list[tuple[str, str, str, str]]:
+    """(forward C name, backward C name, the activation's forward body, its backward body) of every
+    bias_act kernel (linear's bodies are the family's own)."""
+    fam = _OPDEFS.BIAS_ACT
+    return [(fam.cname(k, "forward"), fam.cname(k, "backward"), _bias_bodies(d, k)["forward"],
+             _bias_bodies(d, k)["backward"]) for d, k in _bias_keys()]
+
+
 def _elementwise(signature: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r[3] for r in _rows() if r[4] == signature))
 
@@ -106,6 +134,7 @@ UNARY = _elementwise("unary")
 BINARY = _elementwise("binary")
 # Composite C kernels (gated_<act key>, gated_<act key>_grad).
 GATED = _elementwise("gated") + _elementwise("gated_grad")
+BIAS = _elementwise("bias_act") + _elementwise("bias_act_grad")
 
 # A kernel's time per element relative to relu's (the definitions' `cost`: in cache, 64K float32, one
 # thread, AVX2, measured on AMD EPYC family 23 model 1 = Zen 1, where relu takes ~0.21 ns; after the
@@ -122,11 +151,18 @@ for _fam, _d, _k in _gated_keys():
     _cf, _cb = _d.cost.get(_k, (1, 1))
     COST[_fam.cname(_k, "forward")] = _cf + 1
     COST[_fam.cname(_k, "backward")] = _cf + _cb + 1
+# bias_act: the same (its forward runs again in the backward only where clamp is given).
+for _d, _k in _bias_keys():
+    _cf, _cb = (1, 1) if _d is None else _d.cost.get(_k, (1, 1))
+    COST[_OPDEFS.BIAS_ACT.cname(_k, "forward")] = _cf + 1
+    COST[_OPDEFS.BIAS_ACT.cname(_k, "backward")] = _cf + _cb + 1
 
 # C kernel name -> the op parameters packed into ma_params (a, b, ...), in the definition's slot order.
 _PARAMS = {r[3]: d.float_params for d in DEFS for r in _rows() if r[0] == d.name and d.float_params}
 _PARAMS.update({fam.cname(k, direction): d.float_params for fam, d, k in _gated_keys()
                 for direction in ("forward", "backward") if d.float_params})
+_PARAMS.update({_OPDEFS.BIAS_ACT.cname(k, direction): d.float_params for d, k in _bias_keys()
+                for direction in ("forward", "backward") if d is not None and d.float_params})
 
 
 def arch(machine: str | None = None) -> str:
@@ -204,18 +240,25 @@ def x_macro_header() -> str:
     entries += [(f"MA_BINARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in BINARY]
     gated = [(f"MA_GATED({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 6 + 3 * (kind[af] == "split"))
              for f, b, af, ab in family_bodies()]
-    wrapped = _parts(entries + gated)
+    kind.update({n: "plain" for n in _LINEAR_BODIES.values()})
+    bias = [(f"MA_BIAS({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 4 + 2 * (kind[af] == "split"))
+            for f, b, af, ab in bias_bodies()]
+    wrapped = _parts(entries + gated + bias)
     guards = "".join(f"#if !defined(MA_PART) || MA_PART == {i}\n#define MA_P{i}(k) k\n"
                      f"#else\n#define MA_P{i}(k)\n#endif\n" for i in range(PARTS))
     body = " \\\n".join(wrapped[:len(entries)])
-    gbody = " \\\n".join(wrapped[len(entries):])
+    gbody = " \\\n".join(wrapped[len(entries):len(entries) + len(gated)])
+    bbody = " \\\n".join(wrapped[len(entries) + len(gated):])
     return (f"/* Generated from native/kernels.py; do not edit. */\n{guards}"
             "/* The prelu and swish-beta kernels (not in the lists) go with part 0. */\n"
             "#if !defined(MA_PART) || MA_PART == 0\n#define MA_PART_FIRST 1\n#else\n#define MA_PART_FIRST 0\n#endif\n"
             f"#define MA_KERNEL_LIST \\\n{body}\n"
             "/* MA_GATED(forward name, backward name, activation forward body, activation backward body,\n"
             " * their kinds) */\n"
-            f"#define MA_GATED_LIST \\\n{gbody}\n")
+            f"#define MA_GATED_LIST \\\n{gbody}\n"
+            "/* MA_BIAS(forward name, backward name, activation forward body, activation backward body,\n"
+            " * their kinds) */\n"
+            f"#define MA_BIAS_LIST \\\n{bbody}\n")
 
 
 _SIGS = {
@@ -228,6 +271,10 @@ _SIGS = {
     "gated": "void {s}(const {t} *gate, const {t} *up, {t} *y, const ma_gshape *s, const ma_params *p);",
     "gated_grad": "void {s}(const {t} *dy, const {t} *gate, const {t} *up, {t} *dgate, {t} *dup, "
                   "const ma_gshape *s, const ma_params *p);",
+    "bias_act": "void {s}(const {t} *x, const {t} *b, const {t} *scale, {t} *y, const ma_bshape *s, "
+                "const ma_params *p);",
+    "bias_act_grad": "int {s}(const {t} *dy, const {t} *x, const {t} *b, const {t} *scale, {t} *dx, {t} *db, "
+                     "{t} *dscale, double *sums, const ma_bshape *s, const ma_params *p);",
 }
 
 

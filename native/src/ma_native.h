@@ -15,6 +15,9 @@ typedef struct ma_params {
     /* The gated family (gated_<act>): the gate is clipped above at limit, up to [-limit, limit] and
      * shifted by shift (GPT-OSS: 7, 1); limit = +inf: no clip, no shift, no masking. */
     float limit, shift;
+    /* The bias_act family (bias_act_<act>): the activation's output times gain, clipped to [-clamp, clamp]
+     * (clamp = +inf: no clip). */
+    float gain, clamp;
 } ma_params;
 
 /* The layout of one gated call (gated_<act>, gated_<act>_grad): every array is rows x n elements,
@@ -31,6 +34,19 @@ typedef struct ma_gshape {
     unsigned cost;
     int nthreads;
 } ma_gshape;
+
+/* The layout of one bias_act call (bias_act_<act>, bias_act_<act>_grad): x, dy, y, dx and full-shape
+ * b, scale, db, dscale are aligned C-contiguous outer x c x inner arrays (the channel axis in the middle);
+ * bkind, skind: 0 none, 1 one value per channel (c contiguous values), 2 x's shape.  Outputs may be the
+ * very memory of x or dy (in place), never overlap them otherwise.  The backward's sums (db, dscale per
+ * channel, 2 x c doubles) are per chunk in double, added in chunk order; chunks as ma_chunks_for with
+ * cost, at most 4 per thread where there are sums. */
+typedef struct ma_bshape {
+    size_t outer, c, inner;
+    int bkind, skind;
+    unsigned cost;
+    int nthreads;
+} ma_bshape;
 
 /* The kernel table of native/kernels.py, one "op direction dtype isa symbol ..." line per kernel. */
 const char *ma_kernel_table(void);
