@@ -677,10 +677,10 @@ def flag(rows: Sequence[Row], max_spread: float = MAX_SPREAD) -> None:
         elif llc and r.bytes <= llc:
             why = (f"cache or streaming stores: its {_bytes(r.bytes)} read + written may fit in the {_bytes(llc)} "
                    "last-level cache (shared with the other cores), and a kernel that writes with non-temporal "
-                   "stores skips the read-for-ownership of the destination that np.copyto's stores pay")
+                   "stores skips the read-for-ownership of the destination that the copy's stores pay")
         else:
             why = ("streaming stores: beyond the cache a kernel that writes with non-temporal stores skips the "
-                   "read-for-ownership of the destination that np.copyto's stores pay")
+                   "read-for-ownership of the destination that the copy's stores pay")
         if max(r.spread, copy.spread) > max_spread:
             why += f"; or noise (IQR {r.spread:.0%}, the copy's {copy.spread:.0%})"
         r.flags[BELOW_COPY] = why

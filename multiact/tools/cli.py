@@ -355,7 +355,7 @@ def _flag_lines(rows: Sequence[Any], max_spread: float | None, resample: int | N
                      "(and ratios with them) as rough; rerun on an idle machine")
     below = [r for r in rows if BELOW_COPY in r.flags]
     if below:
-        lines.append(f"{BELOW_COPY}: faster than np.copyto of the same bytes, which no elementwise pass from memory "
+        lines.append(f"{BELOW_COPY}: faster than the copy of the same bytes, which no elementwise pass from memory "
                      "can beat; why, per row:")
         reasons: dict[str, list[str]] = {}
         for r in below:
@@ -398,10 +398,10 @@ def render_bench(res: dict[str, Any], max_spread: float | None = None, resample:
     if any(r.impl in ENTRY_LABELS for r in res["rows"]):
         lines.append("ma.f(t): ma.<op>(tensor) (fwd+bwd: ma.<op> then ma.<op>_grad); mt.f(t): multiact.torch.<op>"
                      "(tensor), through autograd for fwd+bwd; torch: torch's own function.")
-    lines.append("ma:B = multiact backend B; copy = np.copyto of the same bytes (the bandwidth limit); x copy: time "
-                 "over the copy's;\nIQR: interquartile range over the median; vs best peer: the fastest peer's time "
-                 "over multiact's (same mode;\nabove 1: multiact faster); [range]: the ratio the quartiles allow "
-                 "(low: q1 over the other's q3, high: q3 over q1).")
+    lines.append("ma:B = multiact backend B; copy = a copy of the same bytes (np.copyto; Tensor.copy_ with --framework "
+                 "torch), the bandwidth limit;\nx copy: time over the copy's; IQR: interquartile range over the median;"
+                 " vs best peer: the fastest peer's time over multiact's\n(same mode; above 1: multiact faster); "
+                 "[range]: the ratio the quartiles allow (low: q1 over the other's q3, high: q3 over q1).")
     lines += notes
     lines += _flag_lines(res["rows"], max_spread, resample)
     return "\n".join(lines)
