@@ -184,6 +184,18 @@ MA_INLINE V ma_sq_lo(V x, V h) {
     return ((hi * hi - h) + VSPLAT(2.0f) * hi * lo) + lo * lo;
 }
 
+/* The exact rounding errors of a product and a quotient, a b - p for p = a * b rounded, and x - q b for
+ * q = x / b rounded (both representable): one fused multiply-add where the ISA has it, else in double
+ * (exact there: a float product has at most 48 bits). They let an exponential's argument carry what
+ * its float rounding lost (exp(z + zlo)), which in a tail is |z| ULPs of the result. */
+#if defined(MA_ISA_SCALAR)
+MA_INLINE V ma_mul_err(V a, V b, V p) { return (float)((double)a * (double)b - (double)p); }
+MA_INLINE V ma_div_err(V x, V b, V q) { return (float)((double)x - (double)q * (double)b); }
+#else
+MA_INLINE V ma_mul_err(V a, V b, V p) { return VFMA(a, b, -p); }
+MA_INLINE V ma_div_err(V x, V b, V q) { return VFMA(-q, b, x); }
+#endif
+
 /* The standard normal at x, for gelu: cdf and pdf sharing e^(-x^2/2) (scaled by sc).
  * left: x <= 0, where cdf = cdfK * sc; elsewhere cdf = 1 - (cdfK * sc) is returned as cdf_right. */
 MA_INLINE void ma_normal_parts(V x, V *cdfK, V *pdfK, V *sc) {

@@ -87,8 +87,14 @@ MA_INLINE V op_celu(V x, const ma_params *p) {
     return VSEL(x > ZERO, x, a * ma_expm1(x / a));
 }
 MA_INLINE V op_celu_grad(V dy, V x, const ma_params *p) {
-    V z = x / VSPLAT(p->a);
-    if (p->a > 0.0f) return VSEL(x > ZERO, dy, ma_dy_alpha_exp(dy, z, 1.0f)); /* z <= 0 where used */
+    V a = VSPLAT(p->a);
+    V z = x / a;
+    if (p->a > 0.0f) { /* z <= 0 where used; e^(z + zlo), zlo = z's rounding error (|x/a| ULPs in the tail) */
+        V zlo = VSEL(ma_abs(z) < VSPLAT(1e30f), ma_div_err(x, a, z) * VSPLAT(1.0f / p->a), ZERO);
+        V sc;
+        V eK = ma_expneg_k2(VLT_SEL(ZERO, z), VSEL(z < ZERO, zlo, ZERO), &sc);
+        return VSEL(x > ZERO, dy, (dy * eK) * sc);
+    }
     return VSEL(x > ZERO, dy, dy * ma_exp(z));
 }
 MA_INLINE V op_celu_grad_y(V dy, V y, const ma_params *p) {
@@ -260,31 +266,42 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
     V g = dy * a;
     return VSEL(neg, g * sc, g);
 }
-/* z = k x; the general bodies clamp x to +-FLT_MAX (inf * 0 stays 0).  Both directions are split
- * (native/kernels.py counts an MA_GATE_OPS line as name and name_grad). */
-#define MA_GATE_OPS(name, kexpr)                                                            \
+/* z = k x + zlo, ZLO(x, z) the rounding error of the product (and of the constant k, where it is not a
+ * float: fast_gelu's 1.702), which the tail e^z would otherwise carry as |z| ULPs; the general bodies
+ * clamp x to +-FLT_MAX (inf * 0 stays 0) and drop zlo where z is huge (there it cannot matter).  Both
+ * directions are split (native/kernels.py counts an MA_GATE_OPS line as name and name_grad). */
+#define MA_ZLO_GEN(ZLO, x, z) VSEL(ma_abs(z) < VSPLAT(1e30f), ZLO(x, z), ZERO)
+#define MA_GATE_OPS(name, kexpr, ZLO)                                                       \
     MA_INLINE V fast_##name(V x, const ma_params *p) {                                      \
         (void)p;                                                                            \
-        return ma_gate_fwd_fast(x, x * (kexpr), ZERO);                                      \
+        V z = x * (kexpr);                                                                  \
+        return ma_gate_fwd_fast(x, z, ZLO(x, z));                                           \
     }                                                                                       \
     MA_INLINE V gen_##name(V x, const ma_params *p) {                                       \
         (void)p;                                                                            \
-        return ma_gate_fwd(x, ma_finite(x) * (kexpr), ZERO);                                \
+        V xc = ma_finite(x), z = xc * (kexpr);                                              \
+        return ma_gate_fwd(x, z, MA_ZLO_GEN(ZLO, xc, z));                                   \
     }                                                                                       \
     MA_SPLIT_UNARY(name, x * (kexpr), 80.0f)                                                \
     MA_INLINE V fast_##name##_grad(V dy, V x, const ma_params *p) {                         \
         (void)p;                                                                            \
-        return ma_gate_grad_fast(dy, x, x * (kexpr), ZERO, (kexpr));                        \
+        V z = x * (kexpr);                                                                  \
+        return ma_gate_grad_fast(dy, x, z, ZLO(x, z), (kexpr));                             \
     }                                                                                       \
     MA_INLINE V gen_##name##_grad(V dy, V x, const ma_params *p) {                          \
         (void)p;                                                                            \
-        V xc = ma_finite(x);                                                                \
-        return ma_gate_grad(dy, xc, xc * (kexpr), ZERO, (kexpr));                           \
+        V xc = ma_finite(x), z = xc * (kexpr);                                              \
+        return ma_gate_grad(dy, xc, z, MA_ZLO_GEN(ZLO, xc, z), (kexpr));                    \
     }                                                                                       \
     MA_SPLIT_BINARY(name##_grad, x * (kexpr), 80.0f)
-MA_GATE_OPS(swish, VSPLAT(p->a))
-MA_GATE_OPS(silu, ONE)
-MA_GATE_OPS(fast_gelu, VSPLAT(1.702f))
+#define MA_FAST_GELU_K 1.702f
+#define MA_FAST_GELU_KLO ((float)(1.702 - (double)MA_FAST_GELU_K)) /* 1.702 = K + KLO */
+#define MA_ZLO_SWISH(x, z) ma_mul_err((x), VSPLAT(p->a), (z))
+#define MA_ZLO_SILU(x, z) ZERO
+#define MA_ZLO_FAST_GELU(x, z) VFMA((x), VSPLAT(MA_FAST_GELU_KLO), ma_mul_err((x), VSPLAT(MA_FAST_GELU_K), (z)))
+MA_GATE_OPS(swish, VSPLAT(p->a), MA_ZLO_SWISH)
+MA_GATE_OPS(silu, ONE, MA_ZLO_SILU)
+MA_GATE_OPS(fast_gelu, VSPLAT(MA_FAST_GELU_K), MA_ZLO_FAST_GELU)
 
 /* z = 2k (x + c x^3) in double, split into z + zlo: several float roundings of z would cost
  * |z| ULPs each in the e^z tail (x < -9). */
@@ -295,9 +312,13 @@ MA_INLINE V ma_gelu_tanh_z(V xc, V *zlo) {
     *zlo = D2V(zd - V2D(z));
     return z;
 }
-/* Fast paths (|x| <= 9, so |z| <= 66): z + zlo with z's error within 1.5 ULP (the constants'
- * and x^2's roundings), inside the op's cond tolerance of 2 ULP per unit of |z|.  With a fused
- * multiply-add zlo is the product's exact rounding error; the scalar ISA has none and uses double. */
+/* Fast paths (|x| <= 9, so |z| <= 66): z + zlo accurate to about 2^-44 |z|, so that the tail e^z
+ * keeps its few ULP: in double-float arithmetic with fused multiply-adds; the scalar ISA has none
+ * and uses double. */
+#define MA_GT_K 1.5957691216057308f /* 2k = K + K_LO, 2kc = C + C_LO */
+#define MA_GT_K_LO ((float)(1.5957691216057308 - (double)MA_GT_K))
+#define MA_GT_C 0.07135481627260025f
+#define MA_GT_C_LO ((float)(0.07135481627260025 - (double)MA_GT_C))
 MA_INLINE V ma_gelu_tanh_zf(V x, V *zlo) {
 #if defined(MA_ISA_SCALAR)
     double zd = (2.0 * 0.7978845608028654) * ((double)x + 0.044715 * ((double)x * x * x));
@@ -305,9 +326,16 @@ MA_INLINE V ma_gelu_tanh_zf(V x, V *zlo) {
     *zlo = (float)(zd - z);
     return z;
 #else
-    V u = VFMA(VSPLAT(GELU_TANH_2K * GELU_TANH_C), x * x, VSPLAT(GELU_TANH_2K));
+    /* z = x u, u = K + C x^2, each step with its rounding error carried (double-float, about 44 bits):
+     * the tail's result is e^z, so z needs an absolute error below ulp(1), not ulp(z) */
+    V x2 = x * x, x2l = ma_mul_err(x, x, x2);
+    V t = VSPLAT(MA_GT_C) * x2;
+    V tl = VFMA(VSPLAT(MA_GT_C_LO), x2, VFMA(VSPLAT(MA_GT_C), x2l, ma_mul_err(VSPLAT(MA_GT_C), x2, t)));
+    V u = VSPLAT(MA_GT_K) + t; /* two-sum: t may exceed K */
+    V bv = u - VSPLAT(MA_GT_K);
+    V ul = ((VSPLAT(MA_GT_K) - (u - bv)) + (t - bv)) + (tl + VSPLAT(MA_GT_K_LO));
     V z = x * u;
-    *zlo = VFMA(x, u, -z);
+    *zlo = VFMA(x, ul, ma_mul_err(x, u, z));
     return z;
 #endif
 }
@@ -338,30 +366,35 @@ MA_INLINE V gen_gelu_tanh_grad(V dy, V x, const ma_params *p) {
 MA_SPLIT_BINARY(gelu_tanh_grad, x, 9.0f)
 
 /* ---- gelu (erf): x * Phi(x) ---- */
-/* Fast paths (|x| <= 12): e^(-x^2/2) from the rounded x^2 (within the op's cond tolerance), unscaled. */
-MA_INLINE V ma_normal_cdf_fast(V x, V *pdf) {
-    V e = ma_exp_fast(VSPLAT(-0.5f) * (x * x));
+/* Fast paths (|x| <= 12): e^(-x^2/2) from x^2 = h + l (l its rounding error, which would cost x^2/2
+ * ULPs of the result in the tail), unscaled. */
+/* c = 0.5 erfc(|x| / sqrt2) (the cdf's smaller side) and the pdf. */
+MA_INLINE V ma_normal_tail_fast(V x, V *pdf) {
+    V h = x * x;
+    V e = ma_exp_fast2(VSPLAT(-0.5f) * h, VSPLAT(0.5f) * ma_mul_err(x, x, h));
     *pdf = e * VSPLAT(0.39894228040143268f);
-    V c = e * ma_half_erfc_q_fast(ma_abs(x));
-    return VSEL(x <= ZERO, c, ONE - c);
+    return e * ma_half_erfc_q_fast(ma_abs(x));
 }
+/* x Phi(x) = x c (x <= 0) or x - x c (x > 0): not x (1 - c), whose rounding of 1 - c just above 0.5
+ * would cost up to 4 ULP of a result at the top of its binade. */
 MA_INLINE V fast_gelu(V x, const ma_params *p) {
     (void)p;
-    V pdf;
-    return x * ma_normal_cdf_fast(x, &pdf);
+    V pdf, c = ma_normal_tail_fast(x, &pdf);
+    V t = x * c;
+    return VSEL(x <= ZERO, t, x - t);
 }
 MA_INLINE V fast_gelu_grad(V dy, V x, const ma_params *p) {
     (void)p;
-    V pdf, cdf = ma_normal_cdf_fast(x, &pdf);
-    return dy * (cdf + x * pdf);
+    V pdf, c = ma_normal_tail_fast(x, &pdf);
+    return dy * (VSEL(x <= ZERO, c, ONE - c) + x * pdf);
 }
 MA_INLINE V gen_gelu(V x, const ma_params *p) {
     (void)p;
     V cK, pK, sc;
     ma_normal_parts(x, &cK, &pK, &sc);
     VM left = x <= ZERO;
-    V s = VSEL(left, cK, ONE - cK * sc);
-    return GATED(x, s) * VSEL(left, sc, ONE);
+    V xc = ma_finite(x); /* x - x c as the fast body; inf * 0 stays out */
+    return VSEL(left, GATED(x, cK) * sc, x - xc * (cK * sc));
 }
 MA_SPLIT_UNARY(gelu, x, 12.0f)
 MA_INLINE V gen_gelu_grad(V dy, V x, const ma_params *p) { /* dy * (cdf + xc * pdf) */
