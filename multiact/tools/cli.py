@@ -442,9 +442,9 @@ def render_bench_wide(res: dict[str, Any]) -> str:
         legend = "\nflags: noisy = a row's IQR over the limit after re-sampling; <copy = a row below the copy " \
                  "(streaming stores / cache)"
     return (table(out, head, "llllrl" + "r" * (len(impls) + 2) + "l")
-            + "\nns per element, median of interleaved samples (lower is better); copy: np.copyto of the same "
-              "bytes;\nratio: the best peer's time over the best multiact backend's (above 1: multiact faster); "
-              "[range]: the ratio the quartiles allow."
+            + "\nns per element, median of interleaved samples (lower is better); copy: a copy of the same bytes "
+              "(np.copyto; Tensor.copy_ with --framework torch);\nratio: the best peer's time over the best multiact "
+              "backend's (above 1: multiact faster); [range]: the ratio the quartiles allow."
             + legend + said)
 
 
