@@ -514,6 +514,22 @@ def test_bench_table_shows_flags_and_ranges(capsys, monkeypatch):
     assert rc == 2 and "--resample must be 0 or more" in err
 
 
+def test_bench_load_of_an_older_file_gets_ranges_and_flags(monkeypatch):
+    """A --json saved before ranges and flags were recorded: --load derives them from the file's own rows."""
+    _scripted_timing(monkeypatch, lambda k, i: _NOISY if i == 1 else _STEADY)
+    rows = bench.timed_rows([None] * 3, _labels(), _META, resample=0)
+    old = []
+    for r in rows:
+        d = r.as_dict()
+        for k in ("copy_q", "best_peer_q", "flags", "attempts", "vs_copy_range", "speedup_range"):
+            d.pop(k)
+        old.append(bench.Row.from_dict(d))
+    assert old[1].speedup_range is None and not old[1].flags
+    bench.relink(old)
+    assert old[1].speedup_range == rows[1].speedup_range and old[1].flags.keys() == {"noisy"}
+    assert old[1].vs_copy_range == rows[1].vs_copy_range
+
+
 def test_bench_under_a_real_busy_loop(capsys, tmp_path):
     """`multiact bench` beside a busy loop pinned to the one CPU it may use: it completes, flags rows exactly
     where their IQR is over the limit, and warns exactly when the load average reaches that one CPU.  (The load
