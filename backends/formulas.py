@@ -18,12 +18,17 @@ compiles it with `jit`:
 
 A math namespace provides `exp`, `expm1`, `tanh`, `sech2`, `sigmoid`,
 `softplus0`, `ncdf`, `npdf` in T; `*_hl(hi, lo)` variants that take their
-argument as an unevaluated float32 sum hi + lo (from `split64` of a float64,
-e.g. beta * x, so its rounding does not cost |x| ulp in exp); and `*64` variants
-that return a float64 that stays relatively accurate where the float32 result
-would be subnormal.  Intermediates are float64 (`D`) wherever one rounding of a
-product or quotient matters; every constant is typed (a bare float literal in a
-float32 formula would promote it to double).  Conventions are those of
+argument as an unevaluated sum hi + lo (e.g. beta * x from `two_prod`, so its
+rounding does not cost |x| ulp in exp); and `fma` (numba.cuda.fma on a GPU, an
+exact emulation in the simulator; numba CPU: from float64).  The float32
+formulas are float32 arithmetic only (issue 22: a float64 op is 2x-32x slower
+on a GPU, and scripts/cuda_ptx_report.py fails any): where one rounding of a
+product or quotient matters they carry it as an error-free pair (`two_prod`,
+`two_sum`, `div_hl`: fused multiply-adds), where an exponential tail would be
+subnormal they carry it scaled by 2^64 and apply the scale last (`expk_hl`,
+as native/src/ma_ops.h does), and a few take their float32 forms from the
+native kernels (mish, tanh^2).  Every constant is typed (a bare float literal
+in a float32 formula would promote it to double).  Conventions are those of
 `multiact.reference`: NaN in gives NaN out, +-inf gives the limit, PyTorch's
 choices at the kinks.
 """
@@ -40,13 +45,14 @@ import numpy as np
 import multiact.reference as _ref
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS
 
-# CUDA computes these (op, direction) in float64 for float16/float32 data and rounds once: with
-# libdevice's float32 error bounds (expf/tanhf 2 ulp) their float32 versions come too close to the
-# tolerance.  One double exp or tanh per element: free on data-centre GPUs, slower elsewhere.
-WIDE: frozenset[tuple[str, str]] = frozenset({
-    ("sigmoid", "backward"), ("tanh", "backward"), ("tanhshrink", "backward"),
-    ("mish", "forward"), ("mish", "backward"),
-})
+from . import _numba_coeffs as _C
+
+# (op, direction) that CUDA computes in float64 for float16/float32 data (rounding once).  None: every float32
+# formula is float32 arithmetic with libdevice's float32 math, within tolerance at libdevice's documented error
+# bounds (tests/cuda/test_cuda_formulas.py), and scripts/cuda_ptx_report.py fails any float64 op in a float32 or
+# float16 kernel.  (sigmoid/tanh/tanhshrink backward and mish were here until their float32 forms of
+# native/src/ma_ops.h replaced them.)
+WIDE: frozenset[tuple[str, str]] = frozenset()
 
 # kernel key -> the names of its scalar parameters, in the order (a, b): from the op definitions
 PARAMS: dict[str, tuple[str, ...]] = {k: s.defn.float_params for k, s in KEYS.items() if s.defn.float_params}
@@ -84,13 +90,29 @@ D = np.float64
 IS32 = True
 ZERO = ONE = THREE = SIX = HALF = BIG = GCLAMP = INV_SQRT2 = INV_SQRT_2PI = Any
 ZCLAMP = SELU_SCALE = SELU_SA = FAST_K = GELU_K2 = GELU_C = Any
+TWO = FOUR = INF = TAIL = SC = L64_HI = L64_LO = SELU_SCALE_T = SELU_SA_T = Any
+TANH_CLAMP = EXP_MAGIC = EXP_LOG2E = EXP_LN2_HI = EXP_LN2_LO = EXP_P0 = EXP_P1 = EXP_P2 = EXP_P3 = EXP_P4 = EXP_P5 = Any
+FAST_K_HI = FAST_K_LO = GELU_K2_HI = GELU_K2_LO = GELU_C_HI = GELU_C_LO = GELU_C3 = GELU_FAR = Any
 SERIES: Any = ()
-_exp = _expm1 = _log1p = _tanh = _cosh = _erf = _erfc = Any
+_exp = _expm1 = _log1p = _tanh = _cosh = _erf = _erfc = _fma = _cuda = Any
+fma: Any = None
 
 
 # ---- the libm math namespace (numba float64, CUDA, the simulator) ----------------------------------------
 # The float64 versions mirror multiact.reference; the float32 versions evaluate in float32 (fast on a
 # GPU) and use lo as a first-order correction.
+
+
+def _fma_cuda(a, b, c):
+    """a * b + c rounded once: numba-cuda's fma (llvm.fma: fma.rn.f32), called as an attribute of the cuda module
+    (numba-cuda types the stub only there)."""
+    return _cuda.fma(a, b, c)
+
+
+def _fma_f64(a, b, c):
+    """a * b + c from float64: exact for two_prod's error term, at most one double rounding otherwise.  For
+    targets without a fused multiply-add of their own (the numba CPU build, which has no float64 rule)."""
+    return T(D(a) * D(b) + D(c))
 
 
 @_libm
@@ -218,30 +240,136 @@ def clampbig(x):
 
 
 @_helper
+def two_prod(a, b):
+    """a * b = p + e exactly (p the rounded product, e its error, from a fused multiply-add).  p is an fma too, so
+    that the compiler cannot fuse it into a later sum (NVVM contracts a * b + c by default) and leave e stale."""
+    p = fma(a, b, ZERO)
+    return p, fma(a, b, -p)
+
+
+@_helper
+def two_sum(a, b):
+    """a + b = s + e exactly (Knuth's branch-free two-sum)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+@_helper
+def clamp_hl(hi, lo):
+    """hi + lo with hi clamped to +-ZCLAMP (beyond which every sigmoid is exactly 0 or 1) and lo dropped there (it
+    is inf or NaN where hi overflowed); NaN passes in hi."""
+    c = clampz(hi)
+    return c, (lo if abs(hi) <= ZCLAMP else ZERO)
+
+
+@_helper
+def expk_hl(hi, lo):
+    """e^(hi + lo), hi <= 0 (lo a correction below ulp(hi)), as (eK, sc) with e^(hi + lo) = eK * sc: below TAIL
+    (float32 only) eK is scaled by 2^64 and sc = 2^-64, so that x * e^(hi + lo) stays accurate where the exponential
+    alone would be subnormal (the product is rounded once, by the final * sc)."""
+    hc = -ZCLAMP if hi < -ZCLAMP else hi  # e^-1e5 = 0 either way; -inf would make the error term NaN
+    deep = IS32 and hc < TAIL
+    s = hc + L64_HI  # exact error below: |hc| > |L64_HI| (fast two-sum)
+    h = s if deep else hc  # one exponential either way (vector code would evaluate both)
+    lo2 = ((L64_HI - (s - hc)) + (lo + L64_LO)) if deep else lo
+    return exp_hl(h, lo2), (SC if deep else ONE)
+
+
+@_helper
+def inv_sq_1pe(e):
+    """1 / (1 + e)^2 for e in [0, 1], with 1 + e carried exactly (d + c): about 1 ulp."""
+    d = ONE + e
+    c = e - (d - ONE)
+    r = ONE / (d * d)
+    return r - (TWO * c) * (r / d)
+
+
+@_helper
+def sig_parts(hi, lo):
+    """sigmoid(z), z = hi + lo, in parts: e = e^-|z| = eK * sc (expk_hl), inv = 1 / (1 + e), small = eK * inv;
+    sigmoid(z) = inv where z >= 0, small * sc where z < 0 (and sigmoid(-z) the other one)."""
+    neg = hi < ZERO
+    ek, sc = expk_hl(hi if neg else -hi, lo if neg else -lo)
+    inv = ONE / (ONE + ek * sc)
+    return ek * inv, inv, sc, neg
+
+
+@_helper
+def gate_fwd(x, hi, lo):
+    """x * sigmoid(hi + lo), relatively accurate where the sigmoid is subnormal; 0 where it is 0 (not -inf * 0)."""
+    small, inv, sc, neg = sig_parts(hi, lo)
+    s = small if neg else inv
+    r = ZERO if s == ZERO else x * s
+    return r * sc if neg else r
+
+
+@_helper
+def gate_bwd(dy, xc, hi, lo, k):
+    """dy * (s + ((xc * s) * sn) * k), s = sigmoid(z), sn = sigmoid(-z), z = hi + lo: one of s, sn carries the
+    tail scale, which is applied last."""
+    small, inv, sc, neg = sig_parts(hi, lo)
+    s = small if neg else inv
+    sn = inv if neg else small
+    t = ((xc * s) * sn) * k
+    g = dy * ((s + t) if neg else (s + t * sc))
+    return g * sc if neg else g
+
+
+@_helper
 def gated(x, s):
-    """x * s (s a float64 gate, relatively accurate even where tiny); 0 where s == 0, not -inf * 0."""
-    return ZERO if s == 0.0 else T(D(x) * s)
+    """x * s; 0 where s == 0, not -inf * 0."""
+    return ZERO if s == ZERO else x * s
 
 
 @_helper
-def swish_fwd(x, k):
-    hi, lo = split64(clampz(D(clampbig(x)) * k))
-    return gated(x, sigmoid64_hl(hi, lo))
-
-
-@_helper
-def swish_bwd(dy, x, k):
+def swish_fwd(x, khi, klo):
+    """x * sigmoid(k x), k = khi + klo, with k x carried as hi + lo (its rounding would cost |k x| ulp in the tail)."""
     xc = clampbig(x)
-    hi, lo = split64(clampz(D(xc) * k))
-    s, sn = D(sigmoid_hl(hi, lo)), D(sigmoid_hl(-hi, -lo))
-    return T(D(dy) * (s + ((D(xc) * s) * sn) * k))
+    hi, lo = two_prod(xc, khi)
+    hi, lo = clamp_hl(hi, lo + xc * klo)
+    return gate_fwd(x, hi, lo)
+
+
+@_helper
+def swish_bwd(dy, x, khi, klo):
+    xc = clampbig(x)
+    hi, lo = two_prod(xc, khi)
+    hi, lo = clamp_hl(hi, lo + xc * klo)
+    return gate_bwd(dy, xc, hi, lo, khi)
 
 
 @_helper
 def gelu_tanh_z(x):
-    """(x clamped to +-1e5, as float64; 2 sqrt(2/pi) (x + 0.044715 x^3))."""
-    xc = D(GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x))
-    return xc, GELU_K2 * (xc + GELU_C * (xc * xc * xc))
+    """(x clamped to +-1e5; z = 2 sqrt(2/pi) (x + 0.044715 x^3) as hi + lo, in pairs of T (error-free products and
+    sums): rounding z to T would cost |z| ulp in the e^z tail)."""
+    xc = GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x)
+    sh, sl = two_prod(xc, xc)
+    ch, cl = two_prod(sh, xc)  # x^3
+    cl = cl + sl * xc
+    dh, dl = two_prod(GELU_C_HI, ch)  # c x^3
+    dl = dl + (GELU_C_HI * cl + GELU_C_LO * ch)
+    eh, el = two_sum(xc, dh)
+    el = el + dl
+    zh, zl = two_prod(GELU_K2_HI, eh)
+    zl = zl + (GELU_K2_HI * el + GELU_K2_LO * eh)
+    hi = zh + zl
+    return xc, hi, zl - (hi - zh)
+
+
+@_helper
+def npdf_hl(x):
+    """exp(-x^2 / 2) / sqrt(2 pi) from the exact square (x clamped to +-1e5)."""
+    xc = GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x)
+    sh, sl = two_prod(xc, xc)
+    return INV_SQRT_2PI * exp_hl(-(sh * HALF), -(sl * HALF))
+
+
+@_helper
+def div_hl(x, a):
+    """x / a as hi + lo, clamped as clamp_hl (the remainder x - hi a is exact from a fused multiply-add)."""
+    hi = x / a
+    return clamp_hl(hi, fma(-hi, a, x) / a)
 
 
 # ---- piecewise linear ----------------------------------------------------------------------------------------
@@ -299,13 +427,12 @@ def hardtanh_grad(dy, x, a, b):
 
 @_formula(("hardswish", "forward"))
 def hardswish(x, a, b):
-    xd = D(x)
-    return ZERO if x <= -THREE else (x if x >= THREE else T(xd * (xd + 3.0) / 6.0))
+    return ZERO if x <= -THREE else (x if x >= THREE else x * (x + THREE) / SIX)
 
 
 @_formula(("hardswish", "backward"))
 def hardswish_grad(dy, x, a, b):
-    mid = T(D(dy) * (D(x) / 3.0 + 0.5))
+    mid = dy * (x / THREE + HALF)
     return keepnan(x, ZERO if x <= -THREE else (mid if x < THREE else dy))  # PyTorch 2.x at the kinks
 
 
@@ -313,7 +440,7 @@ def hardswish_grad(dy, x, a, b):
 def hardsigmoid(x, a, b):  # alpha = a, beta = b as (x + c) / d: relu6(x + 3) / 6 at PyTorch's (c = 3, d = 6)
     c = T(b) / T(a)
     d = ONE / T(a)
-    return ZERO if x <= -c else (ONE if x >= d - c else T((D(x) + D(c)) / D(d)))
+    return ZERO if x <= -c else (ONE if x >= d - c else (x + c) / d)
 
 
 @_formula(("hardsigmoid", "backward"))
@@ -354,49 +481,49 @@ def threshold_grad(dy, x, a, b):
 
 @_formula(("elu", "forward"))
 def elu(x, a, b):
-    return x if x > ZERO else T(a * D(expm1(x)))
+    return x if x > ZERO else T(a) * expm1(x)
 
 
 @_formula(("elu", "backward"))
 def elu_grad(dy, x, a, b):
-    return dy if x > ZERO else T(D(dy) * (a * D(exp(x))))
+    return dy if x > ZERO else dy * (T(a) * exp(x))
 
 
 @_formula(("elu", "backward_y"))
 def elu_grad_y(dy, y, a, b):
-    return dy if y > ZERO else T(D(dy) * (D(y) + a))
+    return dy if y > ZERO else dy * (y + T(a))
 
 
 @_formula(("selu", "forward"))
 def selu(x, a, b):
-    return T(b * D(x)) if x > ZERO else T((b * a) * D(expm1(x)))  # alpha = a, scale = b
+    return x * T(b) if x > ZERO else (T(b) * T(a)) * expm1(x)  # alpha = a, scale = b
 
 
 @_formula(("selu", "backward"))
 def selu_grad(dy, x, a, b):
-    return T(D(dy) * b) if x > ZERO else T(D(dy) * ((b * a) * D(exp(x))))
+    return dy * T(b) if x > ZERO else dy * ((T(b) * T(a)) * exp(x))
 
 
 @_formula(("selu", "backward_y"))
 def selu_grad_y(dy, y, a, b):
-    return T(D(dy) * b) if y > ZERO else T(D(dy) * (D(y) + b * a))
+    return dy * T(b) if y > ZERO else dy * (y + T(b) * T(a))
 
 
 @_formula(("celu", "forward"))
 def celu(x, a, b):
-    hi, lo = split64(clampz(D(x) / a))
-    return x if x > ZERO else T(a * D(expm1_hl(hi, lo)))
+    hi, lo = div_hl(x, T(a))
+    return x if x > ZERO else T(a) * expm1_hl(hi, lo)
 
 
 @_formula(("celu", "backward"))
 def celu_grad(dy, x, a, b):
-    hi, lo = split64(clampz(D(x) / a))
-    return dy if x > ZERO else T(D(dy) * D(exp_hl(hi, lo)))
+    hi, lo = div_hl(x, T(a))
+    return dy if x > ZERO else dy * exp_hl(hi, lo)
 
 
 @_formula(("celu", "backward_y"))
 def celu_grad_y(dy, y, a, b):
-    return dy if y > ZERO else T(D(dy) * (D(y) / a + 1.0))
+    return dy if y > ZERO else dy * (y / T(a) + ONE)
 
 
 @_formula(("sigmoid", "forward"))
@@ -406,12 +533,13 @@ def sigmoid_f(x, a, b):
 
 @_formula(("sigmoid", "backward"))
 def sigmoid_grad(dy, x, a, b):
-    return T(D(dy) * (sigmoid64_hl(x, ZERO) * sigmoid64_hl(-x, ZERO)))
+    ek, sc = expk_hl(-abs(x), ZERO)  # sigmoid(x) sigmoid(-x) = e / (1 + e)^2, e = e^-|x| = ek * sc
+    return (dy * (ek * inv_sq_1pe(ek * sc))) * sc
 
 
 @_formula(("sigmoid", "backward_y"))
 def sigmoid_grad_y(dy, y, a, b):
-    return T(D(dy) * (D(y) * (1.0 - D(y))))
+    return dy * (y * (ONE - y))
 
 
 @_formula(("logsigmoid", "forward"))
@@ -421,7 +549,10 @@ def logsigmoid(x, a, b):
 
 @_formula(("logsigmoid", "backward"))
 def logsigmoid_grad(dy, x, a, b):
-    return T(D(dy) * sigmoid64_hl(-x, ZERO))
+    if IS32:
+        small, inv, sc, neg = sig_parts(-x, ZERO)  # sigmoid(-x), scaled in the tail
+        return (dy * small) * sc if neg else dy * inv
+    return dy * sigmoid_hl(-x, ZERO)  # (the sig_parts form, strided, makes NVVM 13.5 fail to compile in float64)
 
 
 @_formula(("tanh", "forward"))
@@ -431,42 +562,47 @@ def tanh_f(x, a, b):
 
 @_formula(("tanh", "backward"))
 def tanh_grad(dy, x, a, b):
-    return T(D(dy) * D(sech2(x)))
+    if IS32:  # 4e / (1 + e)^2, e = exp(-2|x|), scaled in the tail (dy * sech2 is normal beyond sech2's range)
+        ax = abs(x)
+        ek, sc = expk_hl(-(ax + ax), ZERO)
+        return (dy * ((FOUR * ek) * inv_sq_1pe(ek * sc))) * sc
+    return dy * sech2(x)
 
 
 @_formula(("tanh", "backward_y"))
 def tanh_grad_y(dy, y, a, b):
-    return T(D(dy) * ((1.0 - D(y)) * (1.0 + D(y))))
+    return dy * ((ONE - y) * (ONE + y))
 
 
 @_formula(("softplus", "forward"))
 def softplus(x, a, b):
-    z = D(x) * a  # the linear branch is decided on the exact product, as the reference does
-    if z > b:
+    hi, lo = two_prod(x, T(a))  # z = x beta = hi + lo exactly: the linear branch is decided on it, as the
+    if (hi > T(b)) | ((hi == T(b)) & (lo > ZERO)):  # reference does (b is representable in T)
         return x
-    if z > ZCLAMP:  # softplus0(z) = z exactly here; the clamp below (there for the split) would cap it
-        return T(z / a)
-    hi, lo = split64(clampz(z))
-    return T(D(softplus0_hl(hi, lo)) / a)
+    if hi > ZCLAMP:  # softplus0(z) = z exactly here; the clamp below would cap it
+        return x if IS32 else hi / T(a)
+    hi, lo = clamp_hl(hi, lo)
+    return softplus0_hl(hi, lo) / T(a)
 
 
 @_formula(("softplus", "backward"))
 def softplus_grad(dy, x, a, b):
-    z = D(x) * a
-    hi, lo = split64(clampz(z))
-    return keepnan(x, dy if z > b else T(D(dy) * D(sigmoid_hl(hi, lo))))
+    hi, lo = two_prod(x, T(a))  # z = x beta exactly, as in softplus
+    linear = (hi > T(b)) | ((hi == T(b)) & (lo > ZERO))
+    hi, lo = clamp_hl(hi, lo)
+    return keepnan(x, dy if linear else dy * sigmoid_hl(hi, lo))
 
 
 @_formula(("softsign", "forward"))
 def softsign(x, a, b):
-    xd = D(x)
-    return T(math.copysign(1.0, xd) if abs(xd) == math.inf else xd / (1.0 + abs(xd)))
+    ax = abs(x)
+    return (ONE if x > ZERO else -ONE) if ax == INF else x / (ONE + ax)
 
 
 @_formula(("softsign", "backward"))
 def softsign_grad(dy, x, a, b):
-    d = 1.0 + abs(D(x))
-    return T(D(dy) / (d * d))
+    r = ONE / (ONE + abs(x))
+    return (dy * r) * r
 
 
 # ---- x * gate(x) ----------------------------------------------------------------------------------------------
@@ -474,73 +610,92 @@ def softsign_grad(dy, x, a, b):
 
 @_formula(("silu", "forward"))
 def silu(x, a, b):
-    return swish_fwd(x, 1.0)
+    return swish_fwd(x, ONE, ZERO)
 
 
 @_formula(("silu", "backward"))
 def silu_grad(dy, x, a, b):
-    return swish_bwd(dy, x, 1.0)
+    return swish_bwd(dy, x, ONE, ZERO)
 
 
 @_formula(("swish", "forward"))
 def swish(x, a, b):
-    return swish_fwd(x, a)
+    return swish_fwd(x, T(a), ZERO)
 
 
 @_formula(("swish", "backward"))
 def swish_grad(dy, x, a, b):
-    return swish_bwd(dy, x, a)
+    return swish_bwd(dy, x, T(a), ZERO)
 
 
 @_formula(("fast_gelu", "forward"))
 def fast_gelu(x, a, b):
-    return swish_fwd(x, FAST_K)
+    return swish_fwd(x, FAST_K_HI, FAST_K_LO)
 
 
 @_formula(("fast_gelu", "backward"))
 def fast_gelu_grad(dy, x, a, b):
-    return swish_bwd(dy, x, FAST_K)
+    return swish_bwd(dy, x, FAST_K_HI, FAST_K_LO)
 
 
 @_formula(("gelu", "forward"))
 def gelu(x, a, b):
-    return gated(x, ncdf64(x))
+    if IS32 and x < -GELU_FAR:  # Phi(x) is subnormal below -12.9, x Phi(x) is not: x Phi(x) = -pdf(x) S(1 / x^2),
+        r = ONE / (x * x)  # S = 1 - r + 3r^2 - 15r^3 + 105r^4 (Mills' series; the next term, 945 r^5, < 1e-8)
+        return ZERO - npdf_hl(x) * (ONE - r * (ONE - r * (THREE - r * (T(15.0) - r * T(105.0)))))
+    return gated(x, ncdf(x))
 
 
 @_formula(("gelu", "backward"))
 def gelu_grad(dy, x, a, b):
     xc = GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x)
-    return T(D(dy) * (D(ncdf(x)) + D(xc) * D(npdf(xc))))
+    return dy * (ncdf(x) + xc * npdf_hl(xc))
 
 
 @_formula(("gelu_tanh", "forward"))
 def gelu_tanh(x, a, b):
-    xc, z = gelu_tanh_z(x)
-    hi, lo = split64(z)
-    return gated(x, sigmoid64_hl(hi, lo))
+    xc, hi, lo = gelu_tanh_z(x)
+    return gate_fwd(x, hi, lo)
 
 
 @_formula(("gelu_tanh", "backward"))
 def gelu_tanh_grad(dy, x, a, b):
-    xc, z = gelu_tanh_z(x)
-    hi, lo = split64(z)
-    s, sn = D(sigmoid_hl(hi, lo)), D(sigmoid_hl(-hi, -lo))
-    dz = GELU_K2 * (1.0 + (3.0 * GELU_C) * (xc * xc))
-    return T(D(dy) * (s + ((xc * s) * sn) * dz))
+    xc, hi, lo = gelu_tanh_z(x)
+    return gate_bwd(dy, xc, hi, lo, GELU_K2_HI * (ONE + GELU_C3 * (xc * xc)))
+
+
+@_helper
+def mish_parts(x):
+    """tanh(softplus(x)) as num / den from e = e^-|x| = eK * sc (expk_hl), in float32 arithmetic with no
+    cancellation: x >= 0: (1 + 2e) / (1 + 2e + 2e^2); x < 0: eK (e + 2) / (e (e + 2) + 2), scaled by sc."""
+    ek, sc = expk_hl(-abs(x), ZERO)
+    e = ek * sc
+    pos = x >= ZERO
+    num = (ONE + (e + e)) if pos else ek * (e + TWO)
+    den = (ONE + (e + e) + (e * e + e * e)) if pos else e * (e + TWO) + TWO
+    return num, den, e, ek, sc, pos
 
 
 @_formula(("mish", "forward"))
 def mish(x, a, b):
-    # below -20, tanh(softplus(x)) = e^x (1 - e^x / 2 ...) = e^x to 2e-9; this keeps x e^x accurate
-    # where e^x is subnormal
-    return gated(x, exp64_hl(x, ZERO) if IS32 and x < T(-20) else D(tanh(softplus0(x))))
+    if IS32:
+        num, den, e, ek, sc, pos = mish_parts(x)
+        r = gated(x, num / den)
+        return r if pos else r * sc
+    return gated(x, tanh(softplus0(x)))
 
 
 @_formula(("mish", "backward"))
 def mish_grad(dy, x, a, b):
-    sp = softplus0(x)
     xc = clampbig(x)
-    return T(D(dy) * (D(tanh(sp)) + (D(xc) * sigmoid64_hl(x, ZERO)) * D(sech2(sp))))
+    if IS32:  # tanh(sp) + x sigmoid(x) sech^2(sp) = (num + 4 x (1 + e) f / den) / den, f = e^2 (x >= 0) or eK
+        num, den, e, ek, sc, pos = mish_parts(x)
+        inv = ONE / den
+        u = (((xc * (e * e if pos else ek)) * FOUR) * (ONE + e)) * (inv * inv)  # xc * f first: FLT_MAX * 0 = 0
+        g = dy * (num * inv + u)
+        return g if pos else g * sc
+    sp = softplus0(x)
+    return dy * (tanh(sp) + (xc * sigmoid(x)) * sech2(sp))
 
 
 @_formula(("tanhshrink", "forward"))
@@ -552,18 +707,44 @@ def tanhshrink(x, a, b):
     small = acc * x2 * x
     ax = abs(x)
     if IS32:  # 1 - tanh|x| = 2e / (1 + e), e = exp(-2|x|): no cancellation against |x|
-        e = D(exp(-(ax + ax)))
-        r = T((D(ax) - 1.0) + 2.0 * e / (1.0 + e))
+        e = exp(-(ax + ax))
+        r = (ax - ONE) + (e + e) / (ONE + e)
         large = r if x >= ZERO else -r
     else:
         large = x - tanh(x)
     return (small if ax < ONE else large) + ZERO  # + 0: a zero result is +0, as x - tanh(x) gives at x = -0
 
 
+@_helper
+def tanh_sq32(x):
+    """tanh(x)^2 in float32 arithmetic, about 3 ulp: t = (1 - e) / (1 + e), e = e^u, u = -2 min(|x|, 9.5), with
+    e = 2^k (1 + q) from a Cody-Waite reduction (q = expm1(r), |r| <= ln2 / 2, numba_math's polynomial) so that
+    1 -+ e = (1 -+ 2^k) -+ 2^k q are exact but for q's rounding (no cancellation near 0, no libm: libdevice's
+    tanhf/expf at their 2-ulp bounds would cost 8 ulp in the square)."""
+    ax = abs(x)
+    u = -TWO * (TANH_CLAMP if ax > TANH_CLAMP else ax)
+    kf = (u * EXP_LOG2E + EXP_MAGIC) - EXP_MAGIC  # round(u / ln2), in [-28, 0]
+    r = (u - kf * EXP_LN2_HI) - kf * EXP_LN2_LO
+    q = EXP_P5
+    q = q * r + EXP_P4
+    q = q * r + EXP_P3
+    q = q * r + EXP_P2
+    q = q * r + EXP_P1
+    q = q * r + EXP_P0
+    q = r + (r * r) * q
+    k = int(-kf) if kf == kf else 0  # 2^kf, exactly, from the bits of -kf
+    s = (HALF if k & 1 else ONE) * (T(0.25) if k & 2 else ONE) * (T(2.0**-4) if k & 4 else ONE)
+    s = s * (T(2.0**-8) if k & 8 else ONE) * (T(2.0**-16) if k & 16 else ONE)
+    t = ((ONE - s) - s * q) / ((ONE + s) + s * q)
+    return t * t
+
+
 @_formula(("tanhshrink", "backward"))
 def tanhshrink_grad(dy, x, a, b):
-    t = D(tanh(x))
-    return T(D(dy) * (t * t))
+    if IS32:
+        return dy * tanh_sq32(x)
+    t = tanh(x)
+    return dy * (t * t)
 
 
 # ---- parameter-gradient terms (float64 in, float64 out; summed by the backend) ----------------------------------
@@ -605,7 +786,8 @@ def gated_clip(gate, up, limit, shift):
     lim = T(limit)
     g = lim if gate > lim else gate
     u = lim if up > lim else (-lim if up < -lim else up)
-    return g, (u if shift == 0.0 else u + T(shift))
+    sh = T(shift)
+    return g, (u if sh == ZERO else u + sh)
 
 
 @_family
@@ -652,7 +834,8 @@ def bias_act_backward(dy, x, bv, sv, a, b, hb, hs, gain, clamp):
     z = bias_act_z(x, bv, sv, hb, hs)
     g = T(gain)
     e = dy * g
-    if clamp != math.inf and abs(act(z, a, b) * g) > T(clamp):
+    c = T(clamp)
+    if c != INF and abs(act(z, a, b) * g) > c:
         e = ZERO
     dz = act_grad(e, z, a, b)
     return (dz * sv if hs else dz), dz
@@ -664,7 +847,8 @@ def bias_act_backward_y(dy, y, a, b, gain, clamp):
     y / gain, on dy * gain = 0 where |y| >= clamp (clamp as y stores it; inf: nothing clipped)."""
     g = T(gain)
     e = dy * g
-    if clamp != math.inf and abs(y) >= T(clamp):
+    c = T(clamp)
+    if c != INF and abs(y) >= c:
         e = ZERO
     return act_grad_y(e, y / g, a, b)
 
@@ -722,6 +906,12 @@ def bias_params(key: str, params: dict[str, Any], dtype: str) -> tuple[float, fl
 # ---- compiling ----------------------------------------------------------------------------------------------------
 
 
+def _pair(name: str, v: float, t: Any) -> dict[str, Any]:
+    """A float64 constant as name_HI + name_LO in type t (name_LO = 0 in float64)."""
+    hi = t(v)
+    return {f"{name}_HI": hi, f"{name}_LO": t(v - float(hi))}
+
+
 def constants(t: Any) -> dict[str, Any]:
     """The typed constants of the formulas and the libm math, in compute type t (np.float32 or np.float64)."""
     is32 = np.dtype(t) == np.float32
@@ -730,8 +920,19 @@ def constants(t: Any) -> dict[str, Any]:
         "ZERO": t(0.0), "ONE": t(1.0), "THREE": t(3.0), "SIX": t(6.0), "HALF": t(0.5),
         "BIG": t(np.finfo(t).max), "GCLAMP": t(1e5),
         "INV_SQRT2": t(1.0 / math.sqrt(2.0)), "INV_SQRT_2PI": t(1.0 / math.sqrt(2.0 * math.pi)),
-        # float64 constants: these multiply float64 intermediates
-        "ZCLAMP": 1e5,  # |z| beyond which every sigmoid is exactly 0 or 1 (float64 too)
+        "TWO": t(2.0), "FOUR": t(4.0), "INF": t(math.inf),
+        "ZCLAMP": t(1e5),  # |z| beyond which every sigmoid is exactly 0 or 1 (float64 too)
+        # expk_hl's tail: below TAIL, e^u is carried times 2^64 (L64 = 64 ln 2 as hi + lo) and SC = 2^-64 applied last
+        "TAIL": t(-80.0), "SC": t(2.0**-64), **_pair("L64", 64 * math.log(2.0), t),
+        "SELU_SCALE_T": t(_ref.SELU_SCALE), "SELU_SA_T": t(_ref.SELU_SCALE * _ref.SELU_ALPHA),
+        **_pair("FAST_K", _ref.FAST_GELU_K, t), **_pair("GELU_K2", 2 * _ref.GELU_TANH_K, t),
+        **_pair("GELU_C", _ref.GELU_TANH_C, t), "GELU_C3": t(3.0 * _ref.GELU_TANH_C),
+        "GELU_FAR": t(12.0),  # gelu below -GELU_FAR: Mills' series (Phi(x) would be subnormal below -12.9)
+        # tanh_sq32's exponential (numba_math's reduction and polynomial: float32 constants)
+        "TANH_CLAMP": t(9.5), "EXP_MAGIC": t(12582912.0), "EXP_LOG2E": t(_C._LOG2E),
+        "EXP_LN2_HI": t(_C._LN2_HI), "EXP_LN2_LO": t(_C._LN2_LO),
+        **{f"EXP_P{i}": t(getattr(_C, f"_E{i}")) for i in range(6)},
+        # float64 constants (no formula uses them in T arithmetic any more; kept for the float64 reference values)
         "SELU_SCALE": _ref.SELU_SCALE, "SELU_SA": _ref.SELU_SCALE * _ref.SELU_ALPHA,
         "FAST_K": _ref.FAST_GELU_K, "GELU_K2": 2 * _ref.GELU_TANH_K, "GELU_C": _ref.GELU_TANH_C,
         "SERIES": tuple(t(c) for c in reversed(_ref._tanhshrink_series(22 if is32 else 44))),
@@ -747,10 +948,29 @@ def _clone_all(funcs: dict[str, FunctionType], g: dict[str, Any], jit: Callable[
     return out
 
 
-def math_libm() -> dict[str, Any]:
-    """libm as the math namespace sees it: Python's `math` (numba and numba-cuda compile it to libm/libdevice)."""
-    return {"_exp": math.exp, "_expm1": math.expm1, "_log1p": math.log1p, "_tanh": math.tanh,
-            "_cosh": math.cosh, "_erf": math.erf, "_erfc": math.erfc}
+def math_libm(cuda: Any = None) -> dict[str, Any]:
+    """libm as the math namespace sees it: Python's `math` (numba and numba-cuda compile it to libm/libdevice);
+    `cuda`: the numba.cuda module when compiling for a GPU (its fma), else `fma` comes from float64."""
+    fns = {"_exp": math.exp, "_expm1": math.expm1, "_log1p": math.log1p, "_tanh": math.tanh,
+           "_cosh": math.cosh, "_erf": math.erf, "_erfc": math.erfc}
+    return fns if cuda is None else {**fns, "_cuda": cuda}
+
+
+def _fma_numpy(a: Any, b: Any, c: Any) -> Any:
+    """A fused multiply-add on NumPy float32/float64 scalars, rounded once (the CUDA simulator's: float32 a * b is
+    exact in float64, the sum is rounded to odd there, and float64's 29 spare bits make the final rounding to
+    float32 correct).  float64 scalars get a * b + c (NumPy has no fma; no float64 formula needs one)."""
+    t = type(a)
+    if t is not np.float32:
+        return t(a * b + c)
+    p, cd = np.float64(a) * np.float64(b), np.float64(c)
+    s = p + cd
+    if np.isfinite(s):
+        bb = s - p
+        err = (p - (s - bb)) + (cd - bb)
+        if err != 0 and not (s.view(np.int64) & 1):  # round to odd: s inexact and even -> step toward the error
+            s = np.nextafter(s, np.float64(np.inf) if err > 0 else np.float64(-np.inf))
+    return np.float32(s)
 
 
 def numpy_libm() -> dict[str, Any]:
@@ -759,7 +979,7 @@ def numpy_libm() -> dict[str, Any]:
     return {"_exp": lambda v: np.exp(f64(v)), "_expm1": lambda v: np.expm1(f64(v)),
             "_log1p": lambda v: np.log1p(f64(v)), "_tanh": lambda v: np.tanh(f64(v)),
             "_cosh": lambda v: np.cosh(f64(v)), "_erf": lambda v: f64(math.erf(v)),
-            "_erfc": lambda v: f64(math.erfc(v))}
+            "_erfc": lambda v: f64(math.erfc(v)), "_fma": _fma_numpy}
 
 
 def libm(jit: Callable[[FunctionType], Any], t: Any, fns: dict[str, Any] | None = None) -> SimpleNamespace:
@@ -767,7 +987,11 @@ def libm(jit: Callable[[FunctionType], Any], t: Any, fns: dict[str, Any] | None 
     g: dict[str, Any] = dict(globals())
     g.update(constants(t))
     g.update(fns if fns is not None else math_libm())
-    return SimpleNamespace(**_clone_all(_LIBM, g, jit))
+    if g["_fma"] is not Any:  # _fma_numpy: plain Python on NumPy scalars
+        g["fma"] = g["_fma"]
+        return SimpleNamespace(fma=g["_fma"], **_clone_all(_LIBM, g, jit))
+    fma = _fma_cuda if g["_cuda"] is not Any else _fma_f64  # a GPU's fused multiply-add, or float64's
+    return SimpleNamespace(**_clone_all({"fma": fma, **_LIBM}, g, jit))
 
 
 def build(jit: Callable[[FunctionType], Any], t: Any, math_ns: SimpleNamespace) -> SimpleNamespace:
@@ -775,7 +999,8 @@ def build(jit: Callable[[FunctionType], Any], t: Any, math_ns: SimpleNamespace) 
     g: dict[str, Any] = dict(globals())
     g.update(constants(t))
     g.update(vars(math_ns))
-    return SimpleNamespace(**_clone_all(_PURE, g, jit))
+    pre = {} if getattr(math_ns, "fma", None) is not None else {"fma": _fma_f64}  # e.g. numba_math's namespace
+    return SimpleNamespace(**_clone_all({**pre, **_PURE}, g, jit))
 
 
 def python(t: Any, fns: dict[str, Any] | None = None) -> SimpleNamespace:
