@@ -136,7 +136,7 @@ def dcgan(rounds: int, compiled: bool) -> dict:
         torch.manual_seed(1)
         g, d = models(lib)
         og, od = torch.optim.Adam(g.parameters(), 2e-4), torch.optim.Adam(d.parameters(), 2e-4)
-        gf, df = (torch.compile(g), torch.compile(d)) if compiled else (g, d)
+        gf, df = (torch.compile(g, dynamic=False), torch.compile(d, dynamic=False)) if compiled else (g, d)
 
         def step(g=g, d=d, gf=gf, df=df, og=og, od=od):
             od.zero_grad(set_to_none=True)

@@ -651,8 +651,8 @@ class _ActivationModule(_Multiact):
         self.backend = backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        params = {p.name: getattr(self, p.name) for p in self._spec.params}
-        return _apply(self._spec, x, params, self.inplace, self.backend)
+        # the function (FUNCTIONS[op]): its eager hot path, else the custom ops
+        return self._fn(x, *[getattr(self, n) for n in self._names], inplace=self.inplace, backend=self.backend)
 
     def extra_repr(self) -> str:
         parts = [f"{p.name}={getattr(self, p.name)!r}" for p in self._spec.params]
@@ -671,7 +671,8 @@ def _make_module(spec: OpSpec) -> type:
         f"    self._setup({pdict}, inplace, backend)\n"
     )
     name = module_name(spec.name)
-    cls = type(name, (_ActivationModule,), {"_spec": spec, "__module__": __name__,
+    cls = type(name, (_ActivationModule,), {"_spec": spec, "_fn": staticmethod(FUNCTIONS[spec.name]),
+                                            "_names": spec.param_names, "__module__": __name__,
                                             "__doc__": f"nn.Module form of multiact.torch.{spec.name}: {spec.summary}"})
     ns: dict[str, Any] = {"_cls": cls}
     exec(compile(src, f"<multiact.torch.{name}>", "exec"), ns)  # noqa: S102 - generated from the op table
