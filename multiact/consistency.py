@@ -540,6 +540,69 @@ def bias_act_failures(backend: str | None, params: dict[str, Any], dtype: Any, t
                 bad = np.flatnonzero(~ok.reshape(-1))[:4] if g.shape == want.shape else []
                 failures.append(f"{what}: {len(bad)} bad, e.g. " + ", ".join(
                     f"got {g.reshape(-1)[i]!r} want {want.reshape(-1)[i]!r}" for i in bad))
+    failures += _bias_act_y_failures(backend, call, kw, dtype, dim, dy, y, b, kinds["b"], to_kind, from_kind)
+    return failures
+
+
+def _bias_act_y_failures(backend, call, kw, dtype, dim, dy, y, b, bkind, to_kind, from_kind) -> list[str]:
+    """The y= form on the backend's own forward output (without scale, which it refuses: its dz is what the
+    x form multiplies by scale): where fused_bias_act allows it, dz and db against the float64 y reference
+    (clamped elements exactly 0); elsewhere the YFormError."""
+    import multiact as ma
+
+    from . import fused_bias_act as B
+    from . import registry
+    from .errors import YFormError
+
+    if backend is not None and not registry.module(backend).supports(call.key, "backward_y", dtype.name):
+        return []  # a backend without the y form (the call would be a BackendError, not this suite's finding)
+    try:
+        B.y_form_check("bias_act_grad()", call, dtype, None)
+    except YFormError as e:
+        try:
+            ma.bias_act_grad(to_kind(dy), None, None if b is None else to_kind(b), y=to_kind(y), backend=backend,
+                             **kw)
+        except YFormError as got:
+            return [] if str(got) == str(e) else [f"y=: refused with {got}, expected {e}"]
+        return [f"y=: accepted where it should raise YFormError ({e})"]
+    grads = ma.bias_act_grad(to_kind(dy), None, None if b is None else to_kind(b), y=to_kind(y), backend=backend,
+                             **kw)
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    dz = np.asarray(from_kind(grads[0]), np.float64)
+    clamp = B.y_clamp(call.kp["clamp"], dtype)
+    compute = np.float64 if dtype == np.float64 else np.float32
+    eps = float(np.finfo(compute).eps)
+    failures = []
+    with np.errstate(all="ignore"):
+        y64 = y.astype(np.float64)
+        want = B.reference_backward_y(call, dy, y, clamp)
+        e = dy.astype(np.float64) * call.kp["gain"]
+        a = np.abs(y64 / call.kp["gain"])
+        # e and y / gain rounded once each in the compute precision, the y formula's few roundings (its
+        # factor grows as (1 + |a|)^2 at most: tanh's 1 - a^2), then one rounding to the dtype
+        bound = 16 * eps * np.abs(e) * (1 + a) ** 2 + np.spacing(np.abs(want).astype(dtype)).astype(np.float64)
+        clipped = np.abs(y64) >= clamp if clamp != np.inf else np.zeros(y.shape, bool)
+        ok = np.where(clipped, dz == 0, np.where(np.isnan(want), np.isnan(dz), np.where(
+            np.isinf(want), dz == want, np.abs(dz - want) <= np.where(np.isfinite(bound), bound, np.inf))))
+        if dz.shape != want.shape or not ok.all():
+            bad = np.flatnonzero(~ok.reshape(-1))[:4] if dz.shape == want.shape else []
+            failures.append(f"y= dz: {int((~ok).sum())} bad, e.g. " + ", ".join(
+                f"y {y.reshape(-1)[i]!r}: got {dz.reshape(-1)[i]!r} want {want.reshape(-1)[i]!r}" for i in bad))
+        if b is not None:
+            got = np.asarray(from_kind(grads[1]), np.float64)
+            if bkind == "c":
+                axes = tuple(k for k in range(3) if k != dim)
+                fin = np.isfinite(want)
+                ref = np.where(fin, want, 0).sum(axis=axes) + np.where(fin, 0, want).sum(axis=axes)
+                bnd = np.where(fin, bound, 0).sum(axis=axes)
+            else:
+                ref, bnd = want, bound
+            bnd = bnd + np.spacing(np.abs(ref).astype(dtype)).astype(np.float64)
+            r_round = ref.astype(dtype).astype(np.float64)
+            okb = np.where(np.isnan(ref), np.isnan(got), np.where(np.isinf(r_round), got == r_round,
+                                                                   np.abs(got - ref) <= bnd))
+            if got.shape != ref.shape or not okb.all():
+                failures.append(f"y= db: got {got.reshape(-1)[:4]!r}, want {ref.reshape(-1)[:4]!r}")
     return failures
 
 

@@ -358,7 +358,7 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
         dx = _out(fn, outs[0])
         dispatch.check_out(fn, dx, ins, xa)
         sides = [a for a in (ba, sa) if a is not None]
-        if ba is None:  # (dx, None, dscale)
+        if ba is None and sa is not None:  # (dx, None, dscale)
             sides = [None, sa]
         for dst, like in zip(outs[1:], sides, strict=True):  # all checked before anything is written
             if dst is not None and like is not None:

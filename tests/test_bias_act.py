@@ -13,7 +13,7 @@ import multiact as ma
 from multiact import compat, registry
 from multiact import consistency as C
 from multiact import fused_bias_act as B
-from multiact.optable import BIAS_ACT_KEYS, FLOAT_DTYPES
+from multiact.optable import BIAS_ACT_KEYS, FLOAT_DTYPES, OPS
 
 BACKENDS = host_backends()
 CASES = [pytest.param(p, id=C.case_id(p)) for p in C.bias_act_cases()]
@@ -208,3 +208,106 @@ def test_bad_input_is_refused_before_anything_is_written(what, call, exc, match,
 def test_stylegan_names_its_own_activations():
     with pytest.raises(ValueError, match="stylegan_bias_act\\(\\): act must be one of linear, relu, lrelu"):
         compat.stylegan_bias_act(np.ones((1, 2)), act="gelu")
+
+
+# ---- the y= form ---------------------------------------------------------------------------------------
+
+Y_ACTS = ["linear"] + [n for n, s in OPS.items() if s.backward_y is not None and n != "prelu"]
+
+
+def _y_gain(act: str) -> float:
+    """StyleGAN's sqrt(2) where any gain gives act(z) back from y; 2 for relu6 and hardtanh (fused_bias_act:
+    their y form reads y / gain at breakpoints away from 0, exact for a power of two)."""
+    return 2.0 if act in ("relu6", "hardtanh") else math.sqrt(2)
+
+
+@pytest.mark.parametrize("clamp", [None, 1.0], ids=["no-clamp", "clamp"])
+@pytest.mark.parametrize("act", Y_ACTS)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_y_form_equals_the_x_form(backend, act, clamp):
+    """float64: dx and db from y equal the x form's (exactly for the piecewise-linear activations, whose
+    derivative y / gain keeps; to a few ulps for the smooth ones), per-channel and full-shape b."""
+    key = B.resolve({"act": act}, {}, "t").key
+    skip_unless_sampled(backend, key, list(BIAS_ACT_KEYS))
+    if not supports(backend, key, "backward_y", "float64"):
+        pytest.skip(f"{backend} has no {key} backward_y kernel (the registry falls through)")
+    rng = np.random.default_rng(11)
+    x, dy = rng.standard_normal((3, 4, 5)) * 2, rng.standard_normal((3, 4, 5))
+    kw = {"gain": _y_gain(act), "clamp": clamp, "backend": backend}
+    for b in (rng.standard_normal(4), rng.standard_normal((3, 4, 5))):
+        y = ma.bias_act(x, b, act, **kw)
+        dx, db = ma.bias_act_grad(dy, x, b, act, **kw)
+        dxy, dby = ma.bias_act_grad(dy, None, b, act, y=y, **kw)
+        if OPS.get(act) is None or OPS[act].defn.y_form == "same":
+            np.testing.assert_array_equal(dxy, dx)
+            np.testing.assert_array_equal(dby, db)
+        else:
+            np.testing.assert_allclose(dxy, dx, rtol=1e-13, atol=1e-15)
+            np.testing.assert_allclose(dby, db, rtol=1e-12, atol=1e-14)
+        if clamp is not None:
+            hit = np.abs(y) >= clamp
+            assert hit.any() and not dxy[hit].any()  # clamped elements: zero gradient
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_y_form_in_narrow_dtypes_and_its_clamp_rounding(dtype):
+    """clamp = 0.1 is no float16 value: the clipped y holds float16(0.1), and the y form still zeroes it."""
+    rng = np.random.default_rng(12)
+    x, dy = rng.standard_normal((2, 3, 8)).astype(dtype), rng.standard_normal((2, 3, 8)).astype(dtype)
+    b = rng.standard_normal(3).astype(dtype)
+    y = ma.bias_act(x, b, "sigmoid", clamp=0.1)
+    dx, db = ma.bias_act_grad(dy, None, b, "sigmoid", clamp=0.1, y=y)
+    dxx, _ = ma.bias_act_grad(dy, x, b, "sigmoid", clamp=0.1)
+    assert dx.dtype == db.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(dx == 0, dxx == 0)
+    assert (dx == 0).any()
+
+
+def _y_case(x, o, kw, b=None):
+    y = ma.bias_act(x, b, **kw)
+    return ma.bias_act_grad(x, None, b, y=y, out=o, **kw)
+
+
+Y_BAD = [
+    ("an activation without a y form", {"act": "gelu"}, ma.YFormError,
+     r"bias_act_grad\(\): y= is not supported with act='gelu'.*linear, relu"),
+    ("its y condition not holding", {"act": "leaky_relu", "negative_slope": -0.3}, ma.YFormError,
+     r"bias_act_grad\(\): y= with act='leaky_relu' is only supported when negative_slope > 0"),
+    ("gain 0", {"act": "relu", "gain": 0.0}, ma.YFormError,
+     r"bias_act_grad\(\): y= needs a finite nonzero gain.*'gain'"),
+    ("relu6 with gain sqrt(2)", {"act": "relu6", "gain": math.sqrt(2)}, ma.YFormError,
+     r"bias_act_grad\(\): y= with act='relu6' needs parameter 'gain' to be a power of two"),
+]
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+@pytest.mark.parametrize("what,kw,exc,match", Y_BAD, ids=[b[0] for b in Y_BAD])
+def test_y_form_refused_where_it_cannot_hold(what, kw, exc, match, warm):
+    x = np.random.default_rng(13).standard_normal((3, 5)).astype(np.float32)
+    out = np.full((3, 5), 7.0, np.float32)
+    if warm:
+        _y_case(x, np.empty_like(out), {"act": "relu"})
+        ma.bias_act_grad(x, x, **kw)  # the x form of the very call runs
+    with pytest.raises(exc, match=match):
+        _y_case(x, out, kw)
+    assert np.all(out == 7.0)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_y_form_argument_errors(warm):
+    x = np.random.default_rng(14).standard_normal((3, 5)).astype(np.float32)
+    b, s = np.ones(5, np.float32), np.ones(5, np.float32)
+    out = (np.full((3, 5), 7.0, np.float32), np.full(5, 7.0, np.float32), np.full(5, 7.0, np.float32))
+    if warm:
+        ma.bias_act_grad(x, None, b, "relu", y=x)
+    with pytest.raises(ma.YFormError, match=r"bias_act_grad\(\): y= with scale= is not supported.*needs the input x"):
+        ma.bias_act_grad(x, None, b, "relu", scale=s, y=x, out=out)
+    with pytest.raises(ma.YFormError, match=r"act='hardtanh' on float16 needs parameter 'max_val' to be a float16"):
+        ma.bias_act_grad(x.astype(np.float16), None, act="hardtanh", max_val=0.1, y=x.astype(np.float16))
+    with pytest.raises(ValueError, match=r"bias_act_grad\(\): pass the input x or the forward's output y=, not both"):
+        ma.bias_act_grad(x, x, b, "relu", y=x, out=out[:2])
+    with pytest.raises(TypeError, match=r"bias_act_grad\(\) needs the input x \(or"):
+        ma.bias_act_grad(x, None, b, "relu")
+    with pytest.raises(TypeError, match=r"bias_act_grad\(\): y has dtype|b has dtype"):
+        ma.bias_act_grad(x, None, b.astype(np.float64), "relu", y=x)
+    assert all(np.all(o == 7.0) for o in out)
