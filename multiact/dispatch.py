@@ -139,10 +139,49 @@ def prelu_axis(op: str, x_shape: tuple[int, ...], w_shape: tuple[int, ...], axis
     axis %= ndim
     if len(w_shape) != 1 or size != x_shape[axis]:
         raise ValueError(
-            f"{op}: weight has shape {tuple(w_shape)}; expected 1 element or ({x_shape[axis]},) "
-            f"to match x.shape[{axis}]"
+            f"{op}: weight has shape {tuple(w_shape)}; expected 1 element, ({x_shape[axis]},) "
+            f"to match x.shape[{axis}], or (NumPy arrays) a shape that broadcasts to x's {tuple(x_shape)}"
         )
     return axis
+
+
+def _prelu_block(x_shape: tuple[int, ...], w: np.ndarray, axis: int) -> tuple[int, int] | None:
+    """For a prelu weight that is neither one element nor one per channel along `axis` but broadcasts to x
+    (NumPy's rules, ONNX's PRelu): the dims [i, j) of x that its non-1 dims span, else None."""
+    ndim = len(x_shape)
+    if w.size == 1 or (w.ndim == 1 and ndim and -ndim <= axis < ndim and w.size == x_shape[axis % ndim]):
+        return None
+    if w.ndim > ndim or any(d not in (1, xd) for d, xd in zip(w.shape[::-1], x_shape[::-1], strict=False)):
+        return None  # prelu_axis says what is off
+    aligned = (1,) * (ndim - w.ndim) + tuple(w.shape)
+    spanned = [k for k, d in enumerate(aligned) if d != 1]
+    return spanned[0], spanned[-1] + 1
+
+
+def _prelu_broadcast_call(fn: str, spec: OpSpec, direction: str, arrs: dict[str, np.ndarray], p: dict, out: Any,
+                          backend: str | None, like: np.ndarray, w: np.ndarray, i: int, j: int) -> Any:
+    """prelu with a broadcast weight as the per-channel kernels run it: x as (outer, C, inner) around the
+    dims [i, j) the weight spans, the weight broadcast over them (C = their product), then x's shape again;
+    the weight gradient summed back over the dims the weight broadcasts along."""
+    xs = like.shape
+    s3 = (int(np.prod(xs[:i], dtype=np.int64)), int(np.prod(xs[i:j], dtype=np.int64)),
+          int(np.prod(xs[j:], dtype=np.int64)))
+    aligned = w.reshape((1,) * (len(xs) - w.ndim) + w.shape)
+    wc = np.ascontiguousarray(np.broadcast_to(aligned.reshape(aligned.shape[i:j]), xs[i:j])).reshape(-1)
+    named3 = {n: a.reshape(s3) for n, a in arrs.items()}
+    p3 = {**p, "weight": wc, "axis": 1}
+    if direction == "param_grad":
+        g = np.asarray(call(spec, direction, named3, p3, None, backend), dtype=np.float64).reshape(xs[i:j])
+        spread = tuple(k - i for k in range(i, j) if aligned.shape[k] == 1)
+        return g.sum(axis=spread, keepdims=True).reshape(w.shape).astype(w.dtype)
+    res = np.asarray(call(spec, direction, named3, p3, None, backend)).reshape(xs)
+    if out is None:
+        return res
+    dest = _arrays.as_host_array(out, f"{fn}: out", writeable=True)
+    check_out(fn, dest, arrs, like)
+    np.copyto(dest, res)
+    _arrays.mark_written(out)
+    return out
 
 
 def _weight(spec: OpSpec, p: dict, x: np.ndarray, direction: str = "forward") -> tuple[dict, Any]:
@@ -275,6 +314,10 @@ def call(
     spec.check_precision(p, like.dtype, fn)
     weight_in = None
     if spec.name == "prelu":
+        w_host = _arrays.as_host_array(p["weight"], f"{fn}: weight")
+        block = _prelu_block(like.shape, w_host, p["axis"])
+        if block is not None:  # a weight broadcast to x (ONNX's PRelu): the per-channel kernels on a 3-D view
+            return _prelu_broadcast_call(fn, spec, direction, arrs, p, out, backend, like, w_host, *block)
         p, weight_in = _weight(spec, p, like, direction)
     dtype = like.dtype.name
     key = spec.kernel_key(p)  # the variant's formula, resolved here once for every backend

@@ -1,0 +1,195 @@
+"""ma.to_onnx as a deployment uses it: any rank with dynamic dims, dtype in any spelling, accuracy="contract"
+(judged by multiact.consistency.compare, as every backend is) and accuracy="runtime" (ORT's own operators,
+RUNTIME_ERRORS where they break the contract), and ONNX's own node test cases mapped onto multiact."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import multiact as ma
+from multiact import consistency as C
+from multiact.optable import OPS
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from multiact import onnx_export as X  # noqa: E402
+
+SHAPES = {0: (), 1: (30,), 2: (5, 6), 3: (2, 3, 5), 4: (2, 3, 1, 5)}  # small: one session per op and rank
+
+
+def _session(model):
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=["NoopElimination"])
+
+
+def _params(op):
+    return {"threshold": 0.3, "value": -2.0} if op == "threshold" else {}
+
+
+@pytest.mark.parametrize("dtype", X.DTYPES)
+@pytest.mark.parametrize("op", list(OPS))
+def test_every_rank_with_dynamic_dims(op, dtype):
+    """Forward and backward at ranks 0-4, every dim dynamic: the shape comes through, and the values are within
+    the contract of the reference and the same as ma.<op> computes (also within the contract)."""
+    spec = OPS[op]
+    p = _params(op)
+    x0, dy0 = C.zero_pairs(np.dtype(dtype))
+    sample_p = {"weight": "single"} if op == "prelu" else p
+    pool = np.concatenate([x0, C.sample_x(spec, sample_p, dtype, n=120)]).astype(dtype)
+    rng = np.random.default_rng(0)
+    for rank, shape in SHAPES.items():
+        n = math.prod(shape)
+        x = rng.permutation(pool)[:n].reshape(shape)
+        dy = rng.standard_normal(shape).astype(dtype)
+        feeds, kw, rp = {"x": x}, dict(p), spec.validate(p) if op != "prelu" else None
+        if op == "prelu":
+            w = np.resize(np.array([0.25, -0.5, 2.0], dtype), x.shape[1] if rank >= 2 else 1)
+            feeds["weight"], kw = w, {"axis": 1} if rank >= 2 else {"axis": 0}
+            wshape = [1] * rank
+            if rank >= 2:
+                wshape[1] = w.size
+            rp = {"weight": w.astype(np.float64).reshape(wshape), "axis": kw["axis"]}
+        for grad in (False, True):
+            model = X.to_onnx(op, dtype=dtype, grad=grad, shape=rank, **kw)
+            assert [len(i.type.tensor_type.shape.dim) for i in model.graph.input][:1] == [rank]
+            (got,) = _session(model).run(None, {**feeds, "dy": dy} if grad else feeds)
+            assert got.shape == shape and got.dtype == np.dtype(dtype)
+            direction = "backward" if grad else "forward"
+            args = (dy, x) if grad else (x,)
+            ref = C.reference(spec, direction, rp, np.dtype(dtype), *args)
+            v = C.compare(got, ref, x, spec, direction, scale=dy if grad else None, params=p)
+            assert v.passed, f"{op} rank {rank} {direction} {dtype}: {v.describe()}"
+            mine = (ma.backward(op, dy, x, weight=feeds["weight"], axis=kw["axis"]) if op == "prelu" and grad
+                    else ma.forward(op, x, weight=feeds["weight"], axis=kw["axis"]) if op == "prelu"
+                    else ma.backward(op, dy, x, **p) if grad else ma.forward(op, x, **p))
+            assert np.asarray(mine).shape == shape
+            v = C.compare(np.asarray(mine), ref, x, spec, direction, scale=dy if grad else None, params=p)
+            assert v.passed, f"ma.{op} rank {rank} {direction} {dtype}: {v.describe()}"
+
+
+def test_shapes_names_and_fixed_dims():
+    m = X.to_onnx("gelu", shape=["N", None, 224])
+    dims = m.graph.input[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == ["N", "d1", 224]
+    assert [d.dim_param or d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim] == ["N", "d1", 224]
+    x = np.linspace(-3, 3, 2 * 3 * 224, dtype=np.float32).reshape(2, 3, 224)
+    (y,) = _session(m).run(None, {"x": x})
+    assert y.shape == x.shape
+    assert len(X.to_onnx("relu").graph.input[0].type.tensor_type.shape.dim) == 1  # the default: 1-D ["N"]
+    for bad in (-1, "N", [1.5], [True], ["N", -2], 2.0):
+        with pytest.raises(ValueError, match=r"to_onnx\(\): shape"):
+            X.to_onnx("relu", shape=bad)
+    with pytest.raises(ValueError, match="axis 3 is out of range"):
+        X.to_onnx("prelu", shape=2, axis=3)
+    with pytest.raises(ValueError, match="ndim="):
+        X.to_onnx("swiglu", shape=2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", np.float32, np.dtype("float32"), "float16", np.float16])
+def test_dtype_as_a_name_a_numpy_dtype_or_a_scalar_type(dtype):
+    m = X.to_onnx("silu", dtype=dtype)
+    want = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    assert m.graph.input[0].type.tensor_type.elem_type == want == m.graph.output[0].type.tensor_type.elem_type
+    assert X.to_onnx("swiglu", dtype=dtype).graph.input[0].type.tensor_type.elem_type == want
+    assert X.to_onnx("bias_act", act="relu", dtype=dtype).graph.input[0].type.tensor_type.elem_type == want
+
+
+@pytest.mark.parametrize("dtype", ["int8", np.float64, bool, "bfloat16x", None])
+def test_other_dtypes_are_refused_by_name(dtype):
+    with pytest.raises(ValueError, match=r"to_onnx\(\): dtype must be float16 or float32"):
+        X.to_onnx("relu", dtype=dtype)
+
+
+def test_accuracy_is_checked_and_recorded():
+    with pytest.raises(ValueError, match="accuracy must be one of"):
+        X.to_onnx("gelu", accuracy="fast")
+    with pytest.raises(ValueError, match="accuracy='contract' only"):
+        X.to_onnx("geglu", accuracy="runtime")
+    assert "accuracy=runtime" in X.to_onnx("gelu", accuracy="runtime").graph.doc_string
+    for word in ("Returns", "accuracy", "contract", "runtime", "shape", "dtype", "float64"):
+        assert word.lower() in X.to_onnx.__doc__.lower(), word  # help(ma.to_onnx) says it
+    assert ma.to_onnx is X.to_onnx
+
+
+def test_contract_graphs_compute_in_float64_only_where_measured_necessary():
+    for op in OPS:
+        for grad in (False, True):
+            nodes = X.to_onnx(op, grad=grad, **_params(op)).graph.node
+            f64 = any(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.DOUBLE for n in nodes)
+            need = op in (X._F64_BACKWARD if grad else X._F64_FORWARD)
+            assert f64 == need, f"{op} {'backward' if grad else 'forward'}: float64 inside is {f64}"
+
+
+def _runtime_cases():
+    for op, spec in OPS.items():
+        if op != "prelu":
+            for p in C.param_cases(spec):
+                yield pytest.param(op, p, id=f"{op}{p}")
+
+
+@pytest.mark.parametrize("op, p", list(_runtime_cases()))
+def test_runtime_graphs_are_orts_own_operators_and_the_unlisted_meet_the_contract(op, p):
+    spec = OPS[op]
+    full = spec.validate(dict(p))
+    model = X.to_onnx(op, accuracy="runtime", **p)
+    kinds = {n.op_type for n in model.graph.node}
+    onnx_op = spec.defn.onnx
+    if onnx_op and not (op == "threshold" and full["value"] != 0.0):
+        assert onnx_op in kinds or (onnx_op == "Shrink" and "Shrink" in kinds), (op, kinds)
+    if op in ("silu", "swish", "fast_gelu"):
+        assert "Sigmoid" in kinds
+    for dtype in X.DTYPES:
+        x0, _ = C.zero_pairs(np.dtype(dtype))
+        x = np.concatenate([x0, C.sample_x(spec, p, dtype, n=400)])
+        (got,) = _session(X.to_onnx(op, accuracy="runtime", dtype=dtype, **p)).run(None, {"x": x})
+        v = C.compare(got, C.reference(spec, "forward", full, np.dtype(dtype), x), x, spec, "forward", params=full)
+        if op not in X.RUNTIME_ERRORS:
+            assert v.passed, f"{op}{p} {dtype} runtime: {v.describe()} (not in RUNTIME_ERRORS)"
+
+
+def test_runtime_errors_name_real_ops():
+    assert set(X.RUNTIME_ERRORS) <= set(OPS)
+    assert set(X.deviations()) <= set(OPS)
+
+
+# ---- ONNX's own node test cases ---------------------------------------------------------------------------
+
+ONNX_OPS = ("Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "Sigmoid", "Tanh", "Softplus", "Softsign", "Mish",
+            "HardSigmoid", "HardSwish", "PRelu", "Shrink", "ThresholdedRelu", "Clip")
+
+
+def _node_cases():
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # other ops' generators overflow casts
+        warnings.simplefilter("ignore")
+        cases = collect_testcases("")
+    return [pytest.param(c, id=c.name) for c in cases
+            if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in ONNX_OPS and c.data_sets]
+
+
+@pytest.mark.parametrize("case", _node_cases())
+def test_onnx_node_cases_map_onto_multiact(case):
+    node = case.model.graph.node[0]
+    inputs, outputs = case.data_sets[0]
+    x = inputs[0]
+    if x.dtype not in (np.float16, np.float32, np.float64):
+        pytest.skip(f"{case.name}: {x.dtype} data; multiact's activations take float16, float32 and float64 arrays")
+    named = dict(zip([n for n in node.input if n], inputs, strict=True))  # "" marks an input left out
+    op, params = X.from_onnx_node(node, *[named.get(n) if n else None for n in node.input[1:]])
+    if op is None:  # Clip with min > max: ONNX's result is max everywhere, which hardtanh refuses
+        with pytest.raises(ValueError, match="ONNX's Clip"):
+            ma.hardtanh(x, **params)
+        got = np.full_like(x, params["max_val"])
+    else:
+        got = ma.forward(op, x, **params)
+    np.testing.assert_allclose(got, outputs[0], rtol=1e-5 if x.dtype != np.float16 else 2e-3, atol=1e-6,
+                               err_msg=f"{case.name}: {op}{params}")
