@@ -165,15 +165,25 @@ ONNX_OPS = ("Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "Sigmoid", "Tanh
 
 
 def _node_cases():
+    """ONNX's node test cases of ONNX_OPS: each operator's module of onnx.backend.test.case.node, imported
+    alone, registers its cases (collect_testcases imports every operator's: ~10 s here; this ~1 s)."""
+    import importlib
     import warnings
 
-    from onnx.backend.test.case.node import collect_testcases
+    import onnx.backend.test.case.node as N
 
-    with warnings.catch_warnings(), np.errstate(all="ignore"):  # other ops' generators overflow casts
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        cases = collect_testcases("")
-    return [pytest.param(c, id=c.name) for c in cases
-            if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in ONNX_OPS and c.data_sets]
+        for t in ONNX_OPS:
+            importlib.import_module(f"onnx.backend.test.case.node.{t.lower()}")
+    cases = getattr(N, "_NodeTestCases", None)
+    if cases is None:  # a later onnx: the public, slower way
+        cases = N.collect_testcases("")
+    found = [c for c in cases
+             if len(c.model.graph.node) == 1 and c.model.graph.node[0].op_type in ONNX_OPS and c.data_sets]
+    missing = set(ONNX_OPS) - {c.model.graph.node[0].op_type for c in found}
+    assert not missing, f"no ONNX node test cases found for {missing}"
+    return [pytest.param(c, id=c.name) for c in found]
 
 
 @pytest.mark.parametrize("case", _node_cases())
@@ -193,3 +203,60 @@ def test_onnx_node_cases_map_onto_multiact(case):
         got = ma.forward(op, x, **params)
     np.testing.assert_allclose(got, outputs[0], rtol=1e-5 if x.dtype != np.float16 else 2e-3, atol=1e-6,
                                err_msg=f"{case.name}: {op}{params}")
+
+
+# ---- the ONNX operators' own parameters (issue 21 item 2) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("wshape", [(3, 4, 5), (5,), (3, 1, 5), (4, 1), (1, 4, 1)])
+def test_prelu_weight_broadcasts_as_numpy_does(wshape):
+    """A weight that broadcasts to x (ONNX's PRelu slope): forward, backward (into out=, in place too) and
+    the weight gradient summed over the broadcast dims, as NumPy computes them."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    x.flat[:3] = [0.0, -0.0, np.nan]
+    dy = rng.standard_normal(x.shape).astype(np.float32)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    wide = (x.astype(np.float64), dy.astype(np.float64), w.astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        want_y = np.where(wide[0] > 0, wide[0], wide[0] * wide[2]).astype(np.float32)
+        want_dx = np.where(np.isnan(wide[0]), np.nan, np.where(wide[0] > 0, wide[1], wide[1] * wide[2]))
+    np.testing.assert_array_equal(ma.prelu(x, w), want_y)
+    np.testing.assert_array_equal(np.signbit(ma.prelu(x, w)), np.signbit(want_y))
+    out = np.empty_like(x)
+    assert ma.backward("prelu", dy, x, weight=w, out=out) is out
+    np.testing.assert_allclose(out, want_dx, rtol=1e-7)
+    dy2 = dy.copy()
+    ma.backward("prelu", dy2, x, weight=w, out=dy2)  # in place
+    np.testing.assert_array_equal(dy2, out)
+    aligned = (1,) * (3 - len(wshape)) + wshape
+    contrib = np.where(wide[0] > 0, 0.0, wide[0] * wide[1])
+    want_g = contrib.sum(axis=tuple(k for k in range(3) if aligned[k] == 1), keepdims=True).reshape(wshape)
+    g = ma.param_grad("prelu", "weight", dy, x, weight=w)
+    assert g.shape == wshape
+    np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-6)
+
+
+def test_prelu_weight_that_does_not_broadcast_is_refused_by_name():
+    x = np.zeros((3, 4, 5), np.float32)
+    with pytest.raises(ValueError, match=r"prelu\(\): weight has shape \(2, 5\).*broadcasts to x's \(3, 4, 5\)"):
+        ma.prelu(x, np.ones((2, 5), np.float32))
+
+
+def test_hardtanh_min_above_max_is_refused_with_onnx_clips_rule():
+    with pytest.raises(ValueError, match=r"hardtanh\(\): min_val \(2.0\) must be <= max_val \(1.0\).*ONNX's Clip"):
+        ma.hardtanh(np.zeros(3, np.float32), min_val=2.0, max_val=1.0)
+
+
+def test_onnx_parameters_with_pytorchs_defaults():
+    x = np.linspace(-4, 4, 81).astype(np.float32)
+    np.testing.assert_array_equal(ma.hardsigmoid(x), ma.hardsigmoid(x, alpha=1 / 6, beta=0.5))
+    np.testing.assert_allclose(ma.hardsigmoid(x, alpha=0.2, beta=0.5), np.clip(0.2 * x + 0.5, 0, 1), atol=1e-7)
+    np.testing.assert_array_equal(ma.selu(x), ma.selu(x, alpha=1.6732632423543772, scale=1.0507009873554805))
+    np.testing.assert_allclose(ma.selu(x, alpha=2.0, scale=3.0), 3 * np.where(x > 0, x, 2 * np.expm1(x)), rtol=1e-6)
+    big = np.array([30.0, 100.0], np.float32)
+    np.testing.assert_allclose(ma.softplus(big, threshold=math.inf), big, rtol=1e-7)  # log1p(exp(x)) itself
+    with pytest.raises(ValueError, match="finite or \\+inf"):
+        ma.softplus(x, threshold=-math.inf)
+    with pytest.raises(ValueError, match="alpha"):
+        ma.hardsigmoid(x, alpha=0.0)
