@@ -6,7 +6,7 @@ float16/float32 -> float64 promotion, and no float64 arithmetic at all in a floa
 literal rule of issue 22) but in the kernels the script's `F64_ALLOWED` names, each with its reason (the
 parameter-gradient reductions, which accumulate in float64).  Of the composite-family kernels (gated:<act>,
 6 per activation key, about 3 s each) CI compiles a sample (`--family sample`: the float16 strided backward
-of every fourth key, at both targets); `python scripts/cuda_ptx_report.py` with no arguments compiles all
+of every third key, at both targets); `python scripts/cuda_ptx_report.py` with no arguments compiles all
 of them.  The compiles run in one child process (numba must not be in
 simulator mode, and nothing is cached).  Needs the `[cuda]` extra (numba-cuda), not a GPU.
 """
