@@ -7,7 +7,9 @@ a 3-D view (outer, C, inner) with C = x.shape[dim]: b and scale are None, one va
 (C,)), or x's shape seen the same way.  The backward writes dx and reduces db and dscale per channel
 in the same pass (float64 sums); for a full-shape b or scale they are elementwise.  Clamped elements
 get zero gradient (StyleGAN's rule: where |act(z) * gain| > clamp).  The float64 reference is composed
-from the activation's.
+from the activation's.  The backward also runs from the forward's output (y=) where the activation, gain
+and clamp allow it (`y_form_check`).  Host arrays go to the host backends as 3-D views; device arrays
+(cuda) go as they are, with dim, to kernels that see them as strided views.
 """
 
 from __future__ import annotations
@@ -562,6 +564,12 @@ Returns dx alone without b and scale; (dx, db) with b; (dx, db, dscale) with sca
 without b).  Per-channel db and dscale are summed over every axis but dim in float64 and returned in
 x's dtype; for a full-shape b or scale they are elementwise.  Clamped elements get zero gradient.
 Parameters as bias_act's; out: a tuple matching the results (out[0] may be x: in place).
+
+y=: the forward's output instead of x (bias_act_grad(dy, None, b, act, y=y, ...); b only says db is
+wanted): for linear and the activations with a y form (their y condition holding), a finite nonzero
+gain (a power of two for relu6 and hardtanh), any clamp (zero gradient where |y| >= clamp, StyleGAN's
+rule: it differs from the x form only where act(z) * gain hits clamp exactly), and no scale (dscale
+needs x).  Anything else is a YFormError naming the argument.
 {_doc()}"""
 
 FUNCTIONS = {"bias_act": bias_act, "bias_act_grad": bias_act_grad}
