@@ -388,13 +388,14 @@ def eager_forward(hit: _Fast, x: Any) -> Any:
     (the caller checked type, device and cache key); the result's dtype is x's."""
     if x.dtype is _BF16[0]:
         return tensor_hot(hit, "", ("x",), (x,), None)
-    y = _EMPTY_LIKE[0](x)
+    xa = x.detach().numpy()
+    res = np.empty_like(xa)
     try:
-        hit.kernel(x.detach().numpy(), y.numpy(), hit.p)
+        hit.kernel(xa, res, hit.p)
     except Exception as e:
         annotate(e, hit)
         raise
-    return y
+    return _FROM_NUMPY[0](res)
 
 
 def eager_backward(hit: _Fast, g: Any, x: Any) -> Any:
@@ -403,13 +404,14 @@ def eager_backward(hit: _Fast, g: Any, x: Any) -> Any:
     if type(g) is not TENSOR[0] or not g.is_cpu or g.dtype is not x.dtype or x.dtype is _BF16[0]:
         return tensor_hot(hit, "", ("dy", "x"), (g, x), None) if type(g) is TENSOR[0] else MISS
     ga = g.detach().numpy() if g.requires_grad else g.numpy()
-    y = _EMPTY_LIKE[0](x)
+    xa = x.detach().numpy()
+    res = np.empty_like(xa)
     try:
-        hit.kernel(ga, x.detach().numpy(), y.numpy(), hit.p)
+        hit.kernel(ga, xa, res, hit.p)
     except Exception as e:
         annotate(e, hit)
         raise
-    return y
+    return _FROM_NUMPY[0](res)
 
 
 def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any) -> Any:
@@ -422,13 +424,13 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
     dt = like.dtype
     if out is None and len(ins) == 1 and dt is not _BF16[0]:  # the common case, with nothing in the way
         xa = like.detach().numpy() if like.requires_grad else like.numpy()
-        y = _EMPTY_LIKE[0](like)  # torch's allocation (a little cheaper than NumPy's, and resizable)
+        res = np.empty_like(xa)
         try:
-            hit.kernel(xa, y.numpy(), hit.p)
+            hit.kernel(xa, res, hit.p)
         except Exception as e:
             annotate(e, hit)
             raise
-        return y
+        return _FROM_NUMPY[0](res)
     if len(ins) == 2:
         a = ins[0]
         if type(a) is not TENSOR[0] or a.dtype != dt or a.shape != like.shape or not a.is_cpu:
@@ -442,13 +444,13 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
         return _FROM_NUMPY[0](res).to(dt)
     arrs = (_view(like),) if len(ins) == 1 else (_view(ins[0]), _view(like))
     if out is None:
-        y = _EMPTY_LIKE[0](like)
+        res = np.empty_like(arrs[-1])
         try:
-            hit.kernel(*arrs, y.numpy(), hit.p)
+            hit.kernel(*arrs, res, hit.p)
         except Exception as e:
             annotate(e, hit)
             raise
-        return y
+        return _FROM_NUMPY[0](res)
     if type(out) is not TENSOR[0] or out.dtype != dt or not out.is_cpu:
         return MISS
     res = _arrays.as_host_array(out, f"{fn}: out", writeable=True)  # refuses an out that requires grad
@@ -460,13 +462,11 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
 
 _BF16: list[Any] = [None]
 _FROM_NUMPY: list[Any] = [None]
-_EMPTY_LIKE: list[Any] = [None]
 
 
 def _torch_ready() -> None:
     torch = sys.modules["torch"]
-    TENSOR[0], _BF16[0] = torch.Tensor, torch.bfloat16
-    _FROM_NUMPY[0], _EMPTY_LIKE[0] = torch.from_numpy, torch.empty_like
+    TENSOR[0], _BF16[0], _FROM_NUMPY[0] = torch.Tensor, torch.bfloat16, torch.from_numpy
 
 
 def _call_masked(spec: OpSpec, direction: str, named: dict, p: dict, out: Any, backend: str | None) -> Any:
