@@ -388,14 +388,13 @@ def eager_forward(hit: _Fast, x: Any) -> Any:
     (the caller checked type, device and cache key); the result's dtype is x's."""
     if x.dtype is _BF16[0]:
         return tensor_hot(hit, "", ("x",), (x,), None)
-    xa = x.detach().numpy()
-    res = np.empty_like(xa)
+    y = _EMPTY_LIKE[0](x)
     try:
-        hit.kernel(xa, res, hit.p)
+        hit.kernel(x.detach().numpy(), y.numpy(), hit.p)
     except Exception as e:
         annotate(e, hit)
         raise
-    return _FROM_NUMPY[0](res)
+    return y
 
 
 def eager_backward(hit: _Fast, g: Any, x: Any) -> Any:
@@ -404,14 +403,13 @@ def eager_backward(hit: _Fast, g: Any, x: Any) -> Any:
     if type(g) is not TENSOR[0] or not g.is_cpu or g.dtype is not x.dtype or x.dtype is _BF16[0]:
         return tensor_hot(hit, "", ("dy", "x"), (g, x), None) if type(g) is TENSOR[0] else MISS
     ga = g.detach().numpy() if g.requires_grad else g.numpy()
-    xa = x.detach().numpy()
-    res = np.empty_like(xa)
+    y = _EMPTY_LIKE[0](x)
     try:
-        hit.kernel(ga, xa, res, hit.p)
+        hit.kernel(ga, x.detach().numpy(), y.numpy(), hit.p)
     except Exception as e:
         annotate(e, hit)
         raise
-    return _FROM_NUMPY[0](res)
+    return y
 
 
 def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any) -> Any:
@@ -424,13 +422,13 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
     dt = like.dtype
     if out is None and len(ins) == 1 and dt is not _BF16[0]:  # the common case, with nothing in the way
         xa = like.detach().numpy() if like.requires_grad else like.numpy()
-        res = np.empty_like(xa)
+        y = _EMPTY_LIKE[0](like)  # torch's allocation (a little cheaper than NumPy's, and resizable)
         try:
-            hit.kernel(xa, res, hit.p)
+            hit.kernel(xa, y.numpy(), hit.p)
         except Exception as e:
             annotate(e, hit)
             raise
-        return _FROM_NUMPY[0](res)
+        return y
     if len(ins) == 2:
         a = ins[0]
         if type(a) is not TENSOR[0] or a.dtype != dt or a.shape != like.shape or not a.is_cpu:
@@ -444,13 +442,13 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
         return _FROM_NUMPY[0](res).to(dt)
     arrs = (_view(like),) if len(ins) == 1 else (_view(ins[0]), _view(like))
     if out is None:
-        res = np.empty_like(arrs[-1])
+        y = _EMPTY_LIKE[0](like)
         try:
-            hit.kernel(*arrs, res, hit.p)
+            hit.kernel(*arrs, y.numpy(), hit.p)
         except Exception as e:
             annotate(e, hit)
             raise
-        return _FROM_NUMPY[0](res)
+        return y
     if type(out) is not TENSOR[0] or out.dtype != dt or not out.is_cpu:
         return MISS
     res = _arrays.as_host_array(out, f"{fn}: out", writeable=True)  # refuses an out that requires grad
@@ -462,11 +460,13 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
 
 _BF16: list[Any] = [None]
 _FROM_NUMPY: list[Any] = [None]
+_EMPTY_LIKE: list[Any] = [None]
 
 
 def _torch_ready() -> None:
     torch = sys.modules["torch"]
-    TENSOR[0], _BF16[0], _FROM_NUMPY[0] = torch.Tensor, torch.bfloat16, torch.from_numpy
+    TENSOR[0], _BF16[0] = torch.Tensor, torch.bfloat16
+    _FROM_NUMPY[0], _EMPTY_LIKE[0] = torch.from_numpy, torch.empty_like
 
 
 def _call_masked(spec: OpSpec, direction: str, named: dict, p: dict, out: Any, backend: str | None) -> Any:
