@@ -1,19 +1,20 @@
 """ONNX graphs of every activation, forward and backward, for export and for ONNX Runtime backends.
 
-`to_onnx(op)` is a one-node graph where ONNX has the op and ONNX Runtime's kernel keeps our
-conventions (NaN in gives NaN out, +-inf gives the limit, PyTorch's choices at the kinks) within
-the op's tolerance; otherwise a small graph of primitive ops that follows `multiact.reference`.
-Backward graphs are always composites: ONNX Runtime's standard package has no gradient kernels.
+`to_onnx(op)` (accuracy="contract") is a one-node graph where ONNX has the op and ONNX Runtime's kernel
+keeps our contract (the op's Tolerance; NaN in gives NaN out, +-inf gives the limit, PyTorch's choices at
+the kinks and the sign of zero), measured per dtype (_BUILTIN_OK); otherwise a small graph of primitive
+ops that follows `multiact.reference`, in float32 where that meets the contract (expm1 by Kahan's trick,
+sigmoid and softplus from Exp/Log without overflow), in float64 only where it does not (gelu's erfc tail,
+mish's subnormal softplus, tanhshrink's cancellation), rounded once.  float16 models compute in float32 (or
+float64) and round once, as the rest of multiact does.  accuracy="runtime" takes ORT's own operators
+regardless (RUNTIME_ERRORS: what that costs in accuracy).  Backward graphs are always composites: ONNX
+Runtime's standard package has no gradient kernels.  ONNX Runtime's CPU provider runs each node as a pass
+over the tensor (no elementwise fusion), so a composite costs several built-in operators' time.
 
-Where float32 arithmetic in the graph would lose the accuracy our tests demand (exp(x) - 1 near 0,
-the tail of erfc, 1 - tanh^2 near 1), the composite computes in float64 and casts back once, and
-builds expm1, log1p, erfc and sigmoid from Exp/Log because ONNX Runtime's CPU provider has no
-float64 Erf or Cosh and its float64 Sigmoid underflows.  Piecewise-linear ops compute in float32.
-float16 models compute in float32 (or float64) and round once, as the rest of multiact does.
-
-Models take 1-D inputs of dynamic length ("N"): callers flatten.  prelu takes x as
-(outer, channels, inner) and the weight as (channels or 1, 1).  The gated ops (glu, swiglu, geglu,
-reglu) take x of any rank and split it along `dim` inside the graph.  `onnx` is imported lazily.
+Inputs have any rank (`shape=`: fixed, symbolic or dynamic dims; default 1-D "N"); prelu's weight is 1-D,
+broadcast along `axis` in the graph.  The gated ops (glu, swiglu, geglu, reglu) take x of `ndim` dims and
+split it along `dim` inside the graph.  `from_onnx_node` maps an ONNX activation node back onto an op and
+its keywords.  `onnx` is imported lazily.
 """
 
 from __future__ import annotations
