@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from multiact.optable import FAMILY_KEYS, OPS  # noqa: E402
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, OPS  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("_kernels", ROOT / "native" / "kernels.py")
 K = importlib.util.module_from_spec(spec)
@@ -56,6 +56,25 @@ def main(isa: str, arch: str, out: str | None = None) -> None:
             continue
         _, op, act_key = FAMILY_KEYS[k.key]
         p = op.validate({**PARAMS.get(op.name, {}), **op.defn.selecting(act_key)})
+        vals = [float(p[n]) for n in K.params_of(k.cname)] + [0.0] * 4
+        tol = op.tol
+        ulp = tol.ulp32 if k.dtype == "float32" else tol.ulp16
+        bwd = K.cname(k.key, "backward")
+        syms = [K.symbol(c, k.dtype, i) for i in (isa, "scalar") for c in (k.cname, bwd)]
+        lines.append(
+            f'    {{"{k.symbol}", {int(k.dtype == "float16")}, ' + ", ".join(f"(void *){s}" for s in syms) + ", "
+            f"{{{', '.join(f'{v!r}f' for v in vals[:4])}}}, {float(2 * ulp + 2)!r}f, "
+            f"{float(2 * tol.fwd_atol + 2)!r}f, {float(2 * tol.bwd_atol + 2)!r}f}},"
+        )
+    lines += ["};", ""]
+    # The bias_act kernels: the same, for every activation key and linear (the bias, scale and gain products
+    # and the clamp add 2 ulp as the gated products do).
+    lines.append("static const hb_t HB[] = {")
+    for k in K.table(arch):
+        if k.isa != isa or k.signature != "bias_act":
+            continue
+        _, op, act_key = BIAS_ACT_KEYS[k.key]
+        p = op.validate({**PARAMS.get(op.name, {}), **op.defn.selecting(act_key)}) if op.name in OPS else {}
         vals = [float(p[n]) for n in K.params_of(k.cname)] + [0.0] * 4
         tol = op.tol
         ulp = tol.ulp32 if k.dtype == "float32" else tol.ulp16

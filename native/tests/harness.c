@@ -39,6 +39,15 @@ typedef struct {
     float ulp, atol_f, atol_b;
 } hg_t;
 
+/* A bias_act kernel pair (forward, backward) of one ISA and its scalar twins. */
+typedef struct {
+    const char *name;
+    int f16;
+    void *fwd, *bwd, *rfwd, *rbwd;
+    float params[4];
+    float ulp, atol_f, atol_b;
+} hb_t;
+
 #include HARNESS_TABLE
 
 typedef void (*un_f32)(const float *, float *, size_t, const ma_params *);
@@ -316,6 +325,91 @@ static int check_gated(const hg_t *k) {
     return bad;
 }
 
+/* ---- bias_act kernels: the ISA against scalar (tolerance), on per-channel rows (inner > 1), channels
+ * along the row (inner = 1) and full-shape sides, with and without clamp ---- */
+typedef void (*bfwd_f32)(const float *, const float *, const float *, float *, const ma_bshape *, const ma_params *);
+typedef int (*bbwd_f32)(const float *, const float *, const float *, const float *, float *, float *, float *,
+                        double *, const ma_bshape *, const ma_params *);
+typedef void (*bfwd_f16)(const uint16_t *, const uint16_t *, const uint16_t *, uint16_t *, const ma_bshape *,
+                         const ma_params *);
+typedef int (*bbwd_f16)(const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, uint16_t *,
+                        uint16_t *, uint16_t *, double *, const ma_bshape *, const ma_params *);
+enum { BL_ROWS, BL_VEC, BL_FULL, BL_N };
+/* the layouts with sums read X and DY from element 100 on, past the specials, so that the sums are finite
+ * and checked (the full-shape layout, without sums, takes the specials) */
+#define BL_OFF(lay) ((lay) == BL_FULL ? 0 : 100)
+#define BC_MAX 40
+static float BB[N], BS[N];
+
+/* One forward and backward on the first o*c*i elements of X, DY; y, dx, db (full) and the sums out. */
+static void bias_run(const hb_t *k, int ref, int lay, int lim, int nthreads, float *y, float *dx, float *dbf,
+                     double *sums) {
+    static const size_t shapes[BL_N][3] = {{3, 5, 37}, {30, BC_MAX, 1}, {2, 7, 45}};
+    const size_t o = shapes[lay][0], c = shapes[lay][1], in = shapes[lay][2], n = o * c * in;
+    int full = lay == BL_FULL;
+    ma_bshape s = {o, c, in, full ? 2 : 1, full ? 0 : 1, 1, nthreads};
+    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, INFINITY, 0.0f, 1.5f,
+                   lim ? 2.0f : INFINITY};
+    void *fw = ref ? k->rfwd : k->fwd, *bw = ref ? k->rbwd : k->bwd;
+    if (!k->f16) {
+        static float fy[N], fdx[N], fdb[N];
+        ((bfwd_f32)fw)(X + BL_OFF(lay), BB, BS, fy, &s, &p);
+        ((bbwd_f32)bw)(DY + BL_OFF(lay), X + BL_OFF(lay), BB, BS, fdx, full ? fdb : NULL, NULL, full ? NULL : sums, &s, &p);
+        for (size_t e = 0; e < n; e++) y[e] = fy[e], dx[e] = fdx[e], dbf[e] = full ? fdb[e] : 0.0f;
+        return;
+    }
+    static uint16_t hx[N], hd[N], hb[N], hs[N], hy[N], hdx[N], hdb[N];
+    for (size_t e = 0; e + BL_OFF(lay) < N; e++) hx[e] = ma_f2h(X[e + BL_OFF(lay)]), hd[e] = ma_f2h(DY[e + BL_OFF(lay)]);
+    for (size_t e = 0; e < N; e++) hb[e] = ma_f2h(BB[e]), hs[e] = ma_f2h(BS[e]);
+    ((bfwd_f16)fw)(hx, hb, hs, hy, &s, &p);
+    ((bbwd_f16)bw)(hd, hx, hb, hs, hdx, full ? hdb : NULL, NULL, full ? NULL : sums, &s, &p);
+    for (size_t e = 0; e < n; e++) y[e] = ma_h2f(hy[e]), dx[e] = ma_h2f(hdx[e]), dbf[e] = full ? ma_h2f(hdb[e]) : 0.0f;
+}
+
+static int bias_close(const hb_t *k, float got, float want, float atol, float scale) {
+    hg_t g = {k->name, k->f16, 0, 0, 0, 0, {0}, k->ulp, 0, 0};
+    return gated_close(&g, got, want, atol, scale);
+}
+
+static int check_bias(const hb_t *k) {
+    static float y0[N], d0[N], f0[N], y1[N], d1[N], f1[N];
+    double s0[2 * BC_MAX], s1[2 * BC_MAX];
+    int bad = 0;
+    for (int lay = 0; lay < BL_N; lay++)
+        for (int lim = 0; lim < 2; lim++) {
+            memset(s0, 0, sizeof s0), memset(s1, 0, sizeof s1);
+            bias_run(k, 1, lay, lim, 1, y0, d0, f0, s0);
+            bias_run(k, 0, lay, lim, 1, y1, d1, f1, s1);
+            size_t n = lay == BL_VEC ? 30 * BC_MAX : lay == BL_ROWS ? 3 * 5 * 37 : 2 * 7 * 45;
+            const float *xs = X + BL_OFF(lay), *ds = DY + BL_OFF(lay);
+            for (size_t e = 0; e < n; e++) {
+                float d = ds[e] * 1.5f;
+                if (!bias_close(k, y1[e], y0[e], k->atol_f, 1.5f * (fabsf(xs[e]) * 1.5f + 1.0f)) ||
+                    !bias_close(k, d1[e], d0[e], k->atol_b, 2.0f * fabsf(d)) ||
+                    !bias_close(k, f1[e], f0[e], k->atol_b, fabsf(d))) {
+                    if (bad < 3)
+                        printf("  %s layout %d lim=%d at %zu: x=%.9g dy=%.9g: y %.9g/%.9g dx %.9g/%.9g (isa/scalar)\n",
+                               k->name, lay, lim, e, xs[e], ds[e], y1[e], y0[e], d1[e], d0[e]);
+                    bad++;
+                }
+            }
+            if (lay == BL_FULL) continue;
+            /* the sums: within the bound of the elements (finite ones; a NaN b makes its channel's sums NaN) */
+            double mag = 0.0;
+            for (size_t e = 0; e < n; e++)
+                if (isfinite(d1[e])) mag += fabs(d1[e]) * 4.0 + fabs(ds[e]) * 8.0;
+            for (int i = 0; i < 2 * BC_MAX; i++) {
+                double tol = (double)(k->ulp + k->atol_b) * 0x1p-22 * mag;
+                if (isnan(s0[i]) != isnan(s1[i]) || fabs(s1[i] - s0[i]) > tol) {
+                    if (bad < 3) printf("  %s layout %d lim=%d: sum %d %.17g/%.17g (isa/scalar)\n", k->name, lay,
+                                        lim, i, s1[i], s0[i]);
+                    bad++;
+                }
+            }
+        }
+    return bad;
+}
+
 int main(void) {
     if (!ma_isa_supported(STR(HARNESS_ISA))) {
         printf("harness: this CPU does not run %s\n", STR(HARNESS_ISA));
@@ -331,9 +425,16 @@ int main(void) {
     for (size_t i = 0; i < sizeof HG / sizeof HG[0]; i++, gtotal++) {
         if (check_gated(&HG[i])) failed++;
     }
+    /* bias_act sides: b in [-1, 1], scale in [-1.5, 1.5] with a NaN, an inf and -0 (channels 2, 3 of the rows) */
+    for (size_t i = 0; i < N; i++) BB[i] = (float)(urand() * 2.0 - 1.0), BS[i] = (float)(urand() * 3.0 - 1.5);
+    BB[3] = NAN, BS[2] = -0.0f, BB[600] = INFINITY;
+    int btotal = 0;
+    for (size_t i = 0; i < sizeof HB / sizeof HB[0]; i++, btotal++) {
+        if (check_bias(&HB[i])) failed++;
+    }
     if (check_prelu()) failed++;
     if (check_pool_flush_mode()) failed++;
-    printf("harness %s: %d kernels + %d gated pairs + prelu + pool, %d failed\n", STR(HARNESS_ISA), total, gtotal,
-           failed);
+    printf("harness %s: %d kernels + %d gated pairs + %d bias_act pairs + prelu + pool, %d failed\n",
+           STR(HARNESS_ISA), total, gtotal, btotal, failed);
     return failed != 0;
 }
