@@ -5,7 +5,9 @@ plus the non-default cases of `SWEEP_CASES`) is run forward, backward (dy = 1 an
 its output (y-form) on float32 inputs taken from the 2^32 bit patterns (NaN patterns only sampled),
 and judged against the float64 reference in float32 ULP of the reference:
 
-- forward: |got - ref| / ulp(ref) where |ref| >= FLT_MIN (the contract's bound: 4); outputs below
+- forward: |got - ref| / ulp(ref) where |ref| >= FLT_MIN (the contract's bound: 4), less the op's
+  declared cancellation fwd_atol * eps |x| (`Tolerance`: hardsigmoid, logsigmoid, softshrink, whose
+  x + c cancels next to x = -c, c a parameter-derived constant rounded to float32); outputs below
   FLT_MIN are reported apart, in units of the smallest subnormal;
 - backward: (|got - ref| - 2 eps |dy|)+ / ulp(ref) for |x| < 10, the floor where a derivative crosses
   zero away from a kink (eps = FLT_EPSILON; every such crossing of these ops lies within |x| < 10), and
@@ -185,7 +187,9 @@ def _call(spec: OpSpec, direction: str, params: dict[str, Any], backend: str | N
     """(got, ref, floor) for one chunk."""
     if direction == "forward":
         got = api.forward(spec.name, x, backend=backend, **params)
-        return got, C.reference(spec, "forward", params, np.float32, x), 0.0
+        # the op's declared cancellation (Tolerance.fwd_atol: x + c near x = -c, c a rounded constant)
+        floor = spec.tol.fwd_atol * EPS32 * np.abs(x.astype(np.float64))
+        return got, C.reference(spec, "forward", params, np.float32, x), floor
     floor = np.where(np.abs(x) < 10, 2.0 * EPS32 * np.abs(dy.astype(np.float64)), 0.0)
     if direction == "backward":
         got = api.backward(spec.name, dy, x, backend=backend, **params)
