@@ -178,3 +178,15 @@ def test_threads_give_the_one_thread_results(dim, dtype):
 def test_default_dispatch_picks_native():
     assert registry.select("bias_act:relu", "forward", "float32", "numpy")[0].NAME == "native"
     assert registry.select("bias_act:gelu_tanh", "backward", "float16", "numpy")[0].NAME == "native"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_large_calls_with_streaming_stores(dtype):
+    """Above 8 MB the rows stream (non-temporal stores after a cached head up to the next 64-byte line):
+    rows of an odd length start at every alignment; y, dx and db as numpy's."""
+    x = RNG.standard_normal((2, 3, 700_001)).astype(dtype)
+    dy = RNG.standard_normal(x.shape).astype(dtype)
+    b = RNG.standard_normal(3).astype(dtype)
+    _compare(_both(x, b, "relu", dy, gain=2.0), dtype)
+    xt = np.ascontiguousarray(x.reshape(-1)[: 1_400_001 * 3].reshape(1_400_001, 3))  # dim=-1: rows of 3
+    _compare(_both(xt, b, "leaky_relu", np.ones_like(xt), dim=-1), dtype, tol=1e-5 if dtype == "float32" else None)
