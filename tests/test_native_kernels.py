@@ -211,7 +211,7 @@ def test_exponential_tails_keep_relative_accuracy(isa):
 
 def test_costs_name_real_kernels_and_scale_the_threading_threshold():
     """Expensive kernels go parallel at fewer elements: the threshold is on elements x cost."""
-    assert set(K.COST) <= set(K.UNARY) | set(K.BINARY) | set(K.GATED) | {"swish_beta_grad"}
+    assert set(K.COST) <= set(K.UNARY) | set(K.BINARY) | set(K.GATED) | set(K.BIAS) | {"swish_beta_grad"}
     n = lib.ma_get_parallel_min() // 8  # below the minimum as elements, above it as gelu's work
     assert lib.ma_chunks_for(n, 1, 2) == 1
     assert lib.ma_chunks_for(n, K.COST["gelu"], 2) > 1
