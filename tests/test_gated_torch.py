@@ -358,15 +358,18 @@ def test_every_gated_definition_has_a_function_and_a_module():
 
 
 def test_module_repr():
-    assert repr(mt.SwiGLU()) == "SwiGLU(dim=-1, activate='first', layout='halves')"
+    """As every multiact.torch module: torch's form, the backend, and [multiact] (issue 21)."""
+    assert repr(mt.SwiGLU()) == "SwiGLU(dim=-1, activate='first', layout='halves', backend=auto) [multiact]"
     assert repr(mt.SwiGLU(layout="interleaved", alpha=1.702, limit=7.0)) == (
-        "SwiGLU(dim=-1, activate='first', layout='interleaved', alpha=1.702, limit=7.0)")
-    assert repr(mt.GLU()) == "GLU(dim=-1, act='sigmoid', activate='second', layout='halves')"
+        "SwiGLU(dim=-1, activate='first', layout='interleaved', alpha=1.702, limit=7.0, backend=auto) [multiact]")
+    assert repr(mt.GLU()) == "GLU(dim=-1, act='sigmoid', activate='second', layout='halves', backend=auto) [multiact]"
     assert repr(mt.GLU(1, act="leaky_relu", negative_slope=0.2)) == (
-        "GLU(dim=1, act='leaky_relu', activate='second', layout='halves', negative_slope=0.2)")
-    assert repr(mt.GeGLU(approximate="tanh")) == "GeGLU(dim=-1, approximate='tanh', activate='first', layout='halves')"
-    assert repr(mt.ReGLU(backend="numpy")) == "ReGLU(dim=-1, activate='first', layout='halves', backend='numpy')"
-    assert mt.SwiGLU(limit=7.0).extra_repr() == "dim=-1, activate='first', layout='halves', limit=7.0"
+        "GLU(dim=1, act='leaky_relu', activate='second', layout='halves', negative_slope=0.2, backend=auto) [multiact]")
+    assert repr(mt.GeGLU(approximate="tanh")) == (
+        "GeGLU(dim=-1, approximate='tanh', activate='first', layout='halves', backend=auto) [multiact]")
+    assert repr(mt.ReGLU(backend="numpy")) == (
+        "ReGLU(dim=-1, activate='first', layout='halves', backend='numpy') [multiact]")
+    assert mt.SwiGLU(limit=7.0).extra_repr() == "dim=-1, activate='first', layout='halves', limit=7.0, backend=auto"
 
 
 def test_module_parameters_are_validated_when_built():

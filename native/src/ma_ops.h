@@ -317,8 +317,9 @@ MA_INLINE V ma_gelu_tanh_z(V xc, V *zlo) {
  * and uses double. */
 #define MA_GT_K 1.5957691216057308f /* 2k = K + K_LO, 2kc = C + C_LO */
 #define MA_GT_K_LO ((float)(1.5957691216057308 - (double)MA_GT_K))
-#define MA_GT_C 0.07135481627260025f
-#define MA_GT_C_LO ((float)(0.07135481627260025 - (double)MA_GT_C))
+#define MA_GT_C_D (1.5957691216057308 * 0.044715) /* 2k c, rounded once in double */
+#define MA_GT_C ((float)MA_GT_C_D)
+#define MA_GT_C_LO ((float)(MA_GT_C_D - (double)MA_GT_C))
 MA_INLINE V ma_gelu_tanh_zf(V x, V *zlo) {
 #if defined(MA_ISA_SCALAR)
     double zd = (2.0 * 0.7978845608028654) * ((double)x + 0.044715 * ((double)x * x * x));
