@@ -332,6 +332,23 @@ def _address_reader(ffi) -> Callable[[np.ndarray], int]:
     return slow
 
 
+def _param_blocks(ffi: Any, names: tuple[str, ...], own: tuple[str, ...], tail: Callable) -> Callable:
+    """p -> its ma_params block for a composite kernel, cached by value (64 at most): the activation's
+    parameters (names) in a, b, ..., then the fields after them from the family's own scalars (tail)."""
+    cache: dict[tuple, Any] = {}
+
+    def params(p):
+        vals = (*(float(p[n]) for n in names), *(float(p[k]) for k in own))
+        block = cache.get(vals)
+        if block is None:
+            ab = [*vals[:len(names)], 0.0, 0.0, 0.0, 0.0][:4]
+            block = ffi.new("ma_params *", [*ab, 0, *tail(*vals[len(names):])])
+            if len(cache) < 64:
+                cache[vals] = block
+        return block
+    return params
+
+
 def _gated(s: dict, row: tuple, dtype: str, backward: bool) -> Callable:
     """forward kernel(gate, up, out, p); backward kernel(dy, gate, up, dgate, dup, p).  The views go to C
     as pointers and strides (no copy) whenever one rows x n form addresses all of them (see _plane);
@@ -348,17 +365,7 @@ def _gated(s: dict, row: tuple, dtype: str, backward: bool) -> Callable:
     n_in = 3 if backward else 2
     slots = (0, 1, 2, 3, 4) if backward else (1, 2, 3)
     address = s.get("address") or s.setdefault("address", _address_reader(ffi))
-    cache: dict[tuple, Any] = {}  # parameter values -> their ma_params block
-
-    def params(p):
-        vals = (*(float(p[n]) for n in names), float(p["limit"]), float(p["shift"]))
-        block = cache.get(vals)
-        if block is None:
-            ab = [*vals[:-2], 0.0, 0.0, 0.0, 0.0][:4]
-            block = ffi.new("ma_params *", [*ab, 0, vals[-2], vals[-1]])
-            if len(cache) < 64:
-                cache[vals] = block
-        return block
+    params = _param_blocks(ffi, names, ("limit", "shift"), lambda limit, shift: (limit, shift))
 
     def call(arrays, pp):
         plane = _plane(arrays) if all(a.flags.aligned for a in arrays) else None
@@ -405,17 +412,7 @@ def _bias_act(s: dict, row: tuple, dtype: str, backward: bool) -> Callable:
     ct = "float *" if dtype == "float32" else "uint16_t *"
     null = ffi.NULL
     address = s.get("address") or s.setdefault("address", _address_reader(ffi))
-    cache: dict[tuple, Any] = {}  # parameter values -> their ma_params block
-
-    def params(p):
-        vals = (*(float(p[n]) for n in names), float(p["gain"]), float(p["clamp"]))
-        block = cache.get(vals)
-        if block is None:
-            ab = [*vals[:-2], 0.0, 0.0, 0.0, 0.0][:4]
-            block = ffi.new("ma_params *", [*ab, 0, float("inf"), 0.0, vals[-2], vals[-1]])
-            if len(cache) < 64:
-                cache[vals] = block
-        return block
+    params = _param_blocks(ffi, names, ("gain", "clamp"), lambda gain, clamp: (float("inf"), 0.0, gain, clamp))
 
     def ok(a):
         return a.flags.c_contiguous and a.flags.aligned
