@@ -574,3 +574,12 @@ def test_demo(capsys):
     assert "gelu" in out and "backward" in out and "within tolerance" in out
     chosen = registry.select("gelu", "forward", "float32", "numpy")[0].NAME
     assert f"gelu     forward    {chosen}" in out
+
+
+def test_a_printed_range_holds_its_printed_ratio():
+    """The range is rounded outward, so 2 significant digits never put the printed ratio outside it."""
+    from multiact.tools.cli import _ratio
+
+    assert _ratio(0.101, (0.1005, 0.1014), "x") == "0.101x [0.1, 0.11]"
+    assert _ratio(0.3, (0.3, 0.3), "x") == "0.3x [0.3, 0.3]"
+    assert _ratio(7.12, (6.5, 7.9), "x") == "7.12x [6.5, 7.9]"

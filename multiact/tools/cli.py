@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -335,11 +336,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _outward(v: float, up: bool, digits: int = 2) -> str:
+    """v in `digits` significant digits rounded away from the range's inside (down for its low end, up for its
+    high end), so that a printed range holds the printed ratio: 0.1005..0.1014 is [0.1, 0.11], not [0.1, 0.1]."""
+    if v == 0 or v != v or v in (float("inf"), float("-inf")):
+        return fmt(v, digits)
+    q = 10.0 ** (math.floor(math.log10(abs(v))) - (digits - 1))
+    n = v / q
+    if abs(n - round(n)) <= 1e-9 * abs(n):  # already at this precision (0.3 / 0.01 is 29.999999999999996)
+        n = round(n)
+    return fmt((math.ceil(n) if up else math.floor(n)) * q, digits)
+
+
 def _ratio(v: float | None, rng: tuple[float, float] | None, unit: str = "") -> str:
     """A ratio with the range its quartiles allow: '7.12x [6.5, 7.9]'; '' when there is none."""
     if v is None:
         return ""
-    return f"{fmt(v, 3)}{unit}" + ("" if rng is None else f" [{fmt(rng[0], 2)}, {fmt(rng[1], 2)}]")
+    return f"{fmt(v, 3)}{unit}" + ("" if rng is None else f" [{_outward(rng[0], False)}, {_outward(rng[1], True)}]")
 
 
 def _flag_lines(rows: Sequence[Any], max_spread: float | None, resample: int | None) -> list[str]:
