@@ -1,8 +1,9 @@
 """The `numpy` backend: the reference formulas evaluated blockwise in the input's precision.
 
 It always works.  Blocks keep every temporary cache-sized (so out=x in place
-allocates nothing result-sized) and let float16 be computed in float32 and
-rounded once on the way out.
+allocates nothing result-sized) and let float16 and bfloat16 be computed in
+float32 and rounded once on the way out (bfloat16 through its bits, with
+`multiact.dtypes`' conversions: the same bits as every other backend).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 
 from multiact._layout import flat_views
+from multiact.dtypes import bf16_bits_to_f32, f32_bits_to_bf16, is_bf16, to_float32
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS
 
 NAME = "numpy"
@@ -31,7 +33,7 @@ def info() -> dict:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
-    if dtype not in ("float16", "float32", "float64"):
+    if dtype not in ("float16", "bfloat16", "float32", "float64"):
         return False
     if key in BIAS_ACT_KEYS and direction == "backward_y":  # linear, or an activation with a y form
         return BIAS_ACT_KEYS[key][2] == "linear" or BIAS_ACT_KEYS[key][1].backward_y is not None
@@ -45,7 +47,10 @@ def supports(key: str, direction: str, dtype: str) -> bool:
 
 
 def _blocks(arrays: tuple[np.ndarray, ...], out: np.ndarray):
-    """Yield (input blocks..., out block) in the compute dtype (float32 for float16)."""
+    """Yield (input blocks..., out block) in the compute dtype (float32 for float16 and bfloat16)."""
+    if out.dtype.kind == "V":  # bfloat16
+        yield from _bf16_blocks(arrays, (out,))
+        return
     if out.dtype != np.float16:
         flat = flat_views(*arrays, out)
         if flat is not None:  # contiguous: plain slices, no iterator set-up
@@ -89,9 +94,12 @@ def _elementwise(op: str, fn: Callable, n_in: int) -> Callable:
 
 def _param_grad(op: str, fn: Callable) -> Callable:
     if op == "prelu":
-        return lambda dy, x, p: fn(dy, x, p["weight"], p["axis"])
+        return lambda dy, x, p: fn(_f32(dy), _f32(x), p["weight"], p["axis"])
 
     def run(dy, x, p):
+        if is_bf16(x.dtype):  # float32 blocks from the bits (exact), summed in float64
+            return sum(fn(dyb.astype(np.float64), xb.astype(np.float64), **_scalar_params(op, p))
+                       for dyb, xb in _bf16_blocks((dy, x), ()))
         it = np.nditer(
             (dy, x),
             flags=["external_loop", "buffered", "zerosize_ok"],
@@ -185,7 +193,7 @@ def _bias_act(key: str, direction: str) -> Callable:
         def backward_y(dy3, y3, b, s, dx3, db_full, ds_full, p):
             q = {k: p[k] for k in names}
             gain, clamp = p["gain"], p["clamp"]
-            compute = np.float32 if y3.dtype == np.float16 else y3.dtype
+            compute = _compute(y3.dtype)
             keep = p["sum_db"] or db_full is not None
             dz = np.empty(y3.shape, compute) if keep else None
             with np.errstate(all="ignore"):
@@ -199,7 +207,7 @@ def _bias_act(key: str, direction: str) -> Callable:
                     if dz is not None:
                         blocks[3][...] = r
                 if db_full is not None:
-                    db_full[...] = dz
+                    _put(db_full, dz)
                 if not p["sum_db"]:
                     return None
                 sums = np.zeros((2, y3.shape[1]))
@@ -211,7 +219,7 @@ def _bias_act(key: str, direction: str) -> Callable:
         q = {k: p[k] for k in names}
         gain, clamp = p["gain"], p["clamp"]
         keep = p["sum_db"] or p["sum_dscale"] or db_full is not None or ds_full is not None
-        compute = np.float32 if x3.dtype == np.float16 else x3.dtype
+        compute = _compute(x3.dtype)
         dz = np.empty(x3.shape, compute) if keep else None
         side = sides(x3, b, s)
         with np.errstate(all="ignore"):
@@ -229,23 +237,61 @@ def _bias_act(key: str, direction: str) -> Callable:
             if dz is None:
                 return None
             if db_full is not None:
-                db_full[...] = dz
+                _put(db_full, dz)
             if ds_full is not None:
-                ds_full[...] = dz * x3
+                _put(ds_full, dz * _f32(x3))
             if not (p["sum_db"] or p["sum_dscale"]):
                 return None
             sums = np.zeros((2, x3.shape[1]))
             if p["sum_db"]:
                 sums[0] = dz.sum(axis=(0, 2), dtype=np.float64)
             if p["sum_dscale"]:
-                sums[1] = (dz.astype(np.float64) * x3).sum(axis=(0, 2))
+                sums[1] = (dz.astype(np.float64) * _f32(x3)).sum(axis=(0, 2))
         return sums
     return backward
 
 
+def _bf16_blocks(arrays: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...]):
+    """Blocks of bfloat16 arrays as float32 (exact), the out blocks float32 temporaries rounded once into the
+    outputs' bits when the caller has filled them (before the next block is read: in place is safe)."""
+    n = len(arrays)
+    it = np.nditer(
+        tuple(a.view(np.uint16) for a in arrays + outs),
+        flags=["external_loop", "buffered", "zerosize_ok"],
+        op_flags=[["readonly"]] * n + [["writeonly"]] * len(outs),
+        buffersize=_BLOCK,
+    )
+    with it:
+        for chunk in it:
+            res = tuple(np.empty(chunk[0].shape, np.float32) for _ in outs)
+            yield (*(bf16_bits_to_f32(c) for c in chunk[:n]), *res)
+            for dst, r in zip(chunk[n:], res, strict=True):
+                f32_bits_to_bf16(r, out=dst)
+
+
+def _put(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src (a float32 result), rounded once; bfloat16 by `multiact.dtypes`, not ml_dtypes' cast."""
+    if is_bf16(dst.dtype):
+        f32_bits_to_bf16(np.broadcast_to(src, dst.shape), out=dst.view(np.uint16))
+    else:
+        dst[...] = src
+
+
+def _f32(a: np.ndarray) -> np.ndarray:
+    """a in the compute dtype of a float32 product (bfloat16 widened exactly)."""
+    return to_float32(a) if is_bf16(a.dtype) else a
+
+
+def _compute(dt: np.dtype):
+    return np.float32 if dt == np.float16 or is_bf16(dt) else dt
+
+
 def _blocks2(arrays: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...]):
-    """Blocks of several inputs and several outputs, in the compute dtype (float32 for float16)."""
-    compute = np.float32 if outs[0].dtype == np.float16 else outs[0].dtype
+    """Blocks of several inputs and several outputs, in the compute dtype (float32 for float16, bfloat16)."""
+    if is_bf16(outs[0].dtype):
+        yield from _bf16_blocks(arrays, outs)
+        return
+    compute = _compute(outs[0].dtype)
     it = np.nditer(
         arrays + outs,
         flags=["external_loop", "buffered", "zerosize_ok", "refs_ok"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import dtypes  # noqa: F401 - multiact.dtypes.bfloat16 (ml_dtypes imported only when asked for)
 from . import optable as _ops
 from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS

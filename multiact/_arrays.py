@@ -11,7 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from . import dtypes as _dtypes
+
 FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+DTYPE_TEXT = "float16, bfloat16, float32 or float64"
 
 
 def _is_torch(a: Any) -> bool:
@@ -76,8 +79,8 @@ def as_host_array(a: Any, argname: str, *, writeable: bool = False) -> np.ndarra
         )
     if arr.dtype.kind == "f" and not arr.dtype.isnative:
         arr = _native_order(arr, argname, writeable)
-    if arr.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{argname} must have a float16, float32 or float64 dtype, got {arr.dtype}")
+    if arr.dtype not in FLOAT_DTYPES and not _dtypes.is_bf16(arr.dtype):
+        raise TypeError(f"{argname} must have a {DTYPE_TEXT} dtype, got {arr.dtype}")
     return arr
 
 
@@ -99,11 +102,8 @@ def byte_order_error(argname: str, dtype: np.dtype) -> ValueError:
 
 
 def _torch_view(a: Any, argname: str, writeable: bool) -> np.ndarray:
-    """Zero-copy NumPy view of a CPU tensor; bfloat16 (NumPy has none) as a read-only float32 copy.
-
-    The copy is read-only so that a bfloat16 `out` can never be written and lost:
-    the caller's tensor is not where the result would go.
-    """
+    """Zero-copy NumPy view of a CPU tensor; bfloat16 as an `ml_dtypes.bfloat16` view of the same memory
+    (the storage seen as int16, then as bfloat16), writable like any other."""
     torch = sys.modules["torch"]
     if writeable and a.requires_grad and torch.is_grad_enabled():
         raise ValueError(
@@ -112,14 +112,21 @@ def _torch_view(a: Any, argname: str, writeable: bool) -> np.ndarray:
         )
     t = a.detach()
     if t.dtype == torch.bfloat16:
-        if writeable:
-            raise TypeError(f"{argname} is bfloat16, which is computed in float32 and cannot be written in place")
-        arr = t.float().numpy()
-        arr.flags.writeable = False
-        return arr
+        return bf16_view(t)
     if t.dtype not in _TORCH_OK:
-        raise TypeError(f"{argname} must be a float16, float32, float64 or bfloat16 tensor, got {t.dtype}")
+        raise TypeError(f"{argname} must be a float16, bfloat16, float32 or float64 tensor, got {t.dtype}")
     return t.numpy()
+
+
+def bf16_view(t: Any) -> np.ndarray:
+    """A bfloat16 CPU tensor (detached) as a NumPy bfloat16 array over its memory (any strides)."""
+    return t.view(sys.modules["torch"].int16).numpy().view(_dtypes.bf16_dtype() or _dtypes._load())
+
+
+def bf16_tensor(arr: np.ndarray) -> Any:
+    """A NumPy bfloat16 array as a torch bfloat16 tensor over the same memory."""
+    torch = sys.modules["torch"]
+    return torch.from_numpy(arr.view(np.int16)).view(torch.bfloat16)
 
 
 class _TorchDtypes:
@@ -146,7 +153,5 @@ def wrap_like(result: np.ndarray, like: Any) -> Any:
     if isinstance(like, np.ndarray):
         return result if type(like) is np.ndarray else like.__array_wrap__(result, None)
     if _is_torch(like):
-        torch = sys.modules["torch"]
-        t = torch.from_numpy(result)
-        return t.to(torch.bfloat16) if like.dtype == torch.bfloat16 else t
+        return bf16_tensor(result) if _dtypes.is_bf16(result.dtype) else sys.modules["torch"].from_numpy(result)
     return result

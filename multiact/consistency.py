@@ -20,7 +20,26 @@ from typing import Any
 
 import numpy as np
 
+from . import dtypes as _dtypes
 from .optable import OPS, REQUIRED, OpSpec, in_float32
+
+
+def _finfo(dtype: Any) -> Any:
+    """np.finfo, or ml_dtypes.finfo for bfloat16 (which NumPy's does not know)."""
+    dtype = np.dtype(dtype)
+    if _dtypes.is_bf16(dtype):
+        import ml_dtypes
+
+        return ml_dtypes.finfo(dtype)
+    return np.finfo(dtype)
+
+
+def _round(r: np.ndarray, dtype: Any) -> np.ndarray:
+    """float64 values rounded once to dtype, as float64 (bfloat16 by `multiact.dtypes`: ml_dtypes' own
+    float64 cast rounds twice, through float32)."""
+    if _dtypes.is_bf16(np.dtype(dtype)):
+        return _dtypes.from_float64(r).astype(np.float32).astype(np.float64)
+    return r.astype(dtype).astype(np.float64)
 
 
 def param_cases(spec: OpSpec) -> list[dict[str, Any]]:
@@ -43,7 +62,7 @@ def case_id(params: dict[str, Any]) -> str:
 
 def specials(dtype: np.dtype) -> np.ndarray:
     """0, -0, +-1, +-100, +-1000, tiny, tiny/8 (subnormal), +-max, +-inf, NaN."""
-    fi = np.finfo(dtype)
+    fi = _finfo(dtype)
     tiny = float(fi.tiny)
     vals = [0.0, -0.0, 1.0, -1.0, 100.0, -100.0, 1000.0, -1000.0, tiny, -tiny, tiny / 8, -tiny / 8,
             float(fi.max), -float(fi.max), np.inf, -np.inf, np.nan]
@@ -66,7 +85,7 @@ def sample_x(spec: OpSpec, params: dict[str, Any], dtype: Any, n: int = 600, see
     rng = np.random.default_rng(seed)
     kinks = []
     for k in spec.kinks(_rounded(spec, params, dtype)):
-        if abs(k) > float(np.finfo(dtype).max):
+        if abs(k) > float(_finfo(dtype).max):
             continue
         kd = np.array(k, dtype=dtype)
         kinks += [kd, np.nextafter(kd, dtype.type(np.inf)), np.nextafter(kd, dtype.type(-np.inf)), kd / 2]
@@ -147,13 +166,13 @@ def compare(
         zero_in = zero_in | ((np.asarray(scale, dtype=np.float64).reshape(-1) == 0) & ~_underflows(
             spec, direction, xs, params, dtype))
     with np.errstate(over="ignore", invalid="ignore"):
-        r_round = r.astype(dtype).astype(np.float64)
+        r_round = _round(r, dtype)
         spacing = np.spacing(np.abs(r_round.astype(dtype))).astype(np.float64)
         err = np.abs(g - r)
         atol = {"forward": tol.fwd_atol, "backward": tol.bwd_atol, "backward_y": tol.y_atol}[direction]
         sc = np.abs(np.asarray(scale, dtype=np.float64).reshape(-1)) if scale is not None else np.abs(xs)
         sc = np.where(np.isfinite(sc), sc, 0.0)
-        eps = float(np.finfo(dtype).eps)
+        eps = float(_finfo(dtype).eps)
         bound = tol.ulp(dtype.name) * spacing + atol * eps * sc
         if slack is not None:
             bound = bound + np.asarray(slack, dtype=np.float64).reshape(-1)
@@ -161,7 +180,8 @@ def compare(
             cond = tol.cond(xs, _rounded(spec, params or {}, dtype)) if spec.name != "prelu" else 0.0
             bound = bound + np.where(np.isfinite(cond), cond, 0.0) * eps * np.abs(r)
         # Results below the smallest normal may be flushed or lose bits in subnormal intermediates.
-        bound = np.where(np.abs(r) < float(np.finfo(dtype).tiny), np.maximum(bound, float(np.finfo(dtype).tiny)), bound)
+        tiny = float(_finfo(dtype).tiny)
+        bound = np.where(np.abs(r) < tiny, np.maximum(bound, tiny), bound)
         nan_ok = np.isnan(g) == np.isnan(r)
         inf_ref = np.isinf(r_round)
         inf_ok = np.where(inf_ref, g == r_round, ~np.isinf(g) | (g == r))
@@ -531,7 +551,7 @@ def bias_act_failures(backend: str | None, params: dict[str, Any], dtype: Any, t
                 bound = np.where(finite, bound_e, 0).sum(axis=axes)
             else:
                 want, bound = elem, bound_e
-            r_round = want.astype(dtype).astype(np.float64)
+            r_round = _round(want, dtype)
             bound = bound + np.spacing(np.abs(r_round).astype(dtype)).astype(np.float64)
             g = np.asarray(got, np.float64)
             ok = np.where(np.isnan(want), np.isnan(g), np.where(np.isinf(r_round), g == r_round,
@@ -598,7 +618,7 @@ def _bias_act_y_failures(backend, call, kw, dtype, dim, dy, y, b, bkind, to_kind
             else:
                 ref, bnd = want, bound
             bnd = bnd + np.spacing(np.abs(ref).astype(dtype)).astype(np.float64)
-            r_round = ref.astype(dtype).astype(np.float64)
+            r_round = _round(ref, dtype)
             okb = np.where(np.isnan(ref), np.isnan(got), np.where(np.isinf(r_round), got == r_round,
                                                                    np.abs(got - ref) <= bnd))
             if got.shape != ref.shape or not okb.all():
@@ -751,3 +771,151 @@ def backward2_failures(backend: str | None, op: str, params: dict[str, Any], dty
     """One backward2 case; the failure described (empty when it passes)."""
     v = run_backward2_case(backend, op, dtype, params, to_kind, from_kind, n)
     return [] if v.passed else [f"backward2: {v.describe()}"]
+
+
+# ---- bfloat16: every one of the 65,536 inputs --------------------------------------------------------
+#
+# bfloat16 has few enough values to try them all: x is every bit pattern (NaNs, +-inf, subnormals, +-0
+# included), dy a fixed random bfloat16 array, and each result is judged against the float64 reference
+# on the exact inputs rounded once to bfloat16 (`multiact.dtypes.f64_to_bf16_bits`): equal, or one
+# bfloat16 ulp from it where the float32 computation's own error straddles a rounding boundary (counted:
+# `Bf16Verdict.one_ulp`); NaN where the reference is NaN (a quiet NaN) and nowhere else; at x = +-inf
+# exactly the reference's limit; a zero result at x = +-0 with the reference's sign.  Results whose
+# reference is below the smallest normal may be off by up to it (flush-to-zero SIMD), as for the other
+# dtypes.  `BF16_ONE_ULP_MAX` is the share of one-ulp results a case may have.
+
+BF16_ONE_ULP_MAX = 1e-3
+_BF16_TINY = 2.0 ** -126
+
+
+def bf16_all() -> np.ndarray:
+    """Every bfloat16 bit pattern, in order, as a bfloat16 array."""
+    return np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(_dtypes._load())
+
+
+def bf16_dy(n: int = 1 << 16, seed: int = 7) -> np.ndarray:
+    """The fixed random dy of the exhaustive check (normal, scale 2), as bfloat16."""
+    return _dtypes.from_float64(np.random.default_rng(seed).standard_normal(n) * 2.0)
+
+
+@dataclass
+class Bf16Verdict:
+    """The outcome of one exhaustive bfloat16 case."""
+
+    op: str
+    direction: str
+    params: dict[str, Any]
+    n: int  # results judged
+    one_ulp: int  # finite results one bfloat16 ulp from the correctly rounded reference
+    n_bad: int
+    bad: list[tuple[float, int, int]] = field(default_factory=list)  # (x, got bits, want bits)
+
+    @property
+    def passed(self) -> bool:
+        return self.n_bad == 0 and self.one_ulp <= BF16_ONE_ULP_MAX * max(self.n, 1)
+
+    def describe(self) -> str:
+        head = (f"{self.op} {self.direction} {case_id(self.params)}: {self.one_ulp} of {self.n} one ulp off "
+                f"({100 * self.one_ulp / max(self.n, 1):.3f}%), {self.n_bad} bad")
+        return "\n".join([head, *(f"  x={x!r}: got 0x{g:04x}, want 0x{w:04x}" for x, g, w in self.bad[:8])])
+
+
+def _ordered(bits: np.ndarray) -> np.ndarray:
+    """bfloat16 bits as integers in the order of their values (+0 and -0 both 0), for ulp distances."""
+    b = bits.astype(np.int32)
+    mag = b & 0x7FFF
+    return np.where(b & 0x8000, -mag, mag)
+
+
+def judge_bf16(got: np.ndarray, ref: np.ndarray, x: np.ndarray, zero_in: np.ndarray | None = None
+               ) -> tuple[int, int, np.ndarray]:
+    """(results judged, one-ulp count, indices of bad results) of bfloat16 results `got` against the float64
+    `ref` (see the section's comment); x: the inputs (float32), whose +-inf must give the limit exactly."""
+    gb = np.ascontiguousarray(got).view(np.uint16).reshape(-1)
+    r = np.asarray(ref, dtype=np.float64).reshape(-1)
+    xs = np.asarray(x, dtype=np.float64).reshape(-1)
+    want = _dtypes.f64_to_bf16_bits(r)
+    g_nan = (gb & 0x7FFF) > 0x7F80
+    r_nan = np.isnan(r)
+    dist = np.abs(_ordered(gb) - _ordered(want))
+    g = _dtypes.bf16_bits_to_f32(gb).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        sub_ok = (np.abs(r) < _BF16_TINY) & (np.abs(g - r) <= _BF16_TINY)
+    exact_needed = np.isinf(xs) | np.isinf(r)
+    zero_in = (xs == 0) if zero_in is None else zero_in.reshape(-1)
+    sign_bad = zero_in & (r == 0) & ((gb & 0x7FFF) == 0) & ((gb >> 15) != np.signbit(r))
+    ok = np.where(r_nan, g_nan & ((gb & 0x0040) != 0),
+                  ~g_nan & ((dist == 0) | (~exact_needed & ((dist == 1) | sub_ok))) & ~sign_bad)
+    one = int(np.count_nonzero(~r_nan & ~exact_needed & (dist == 1) & ~sub_ok))
+    return int(r.size), one, np.flatnonzero(~ok)
+
+
+def bf16_cases() -> list[tuple[str, dict[str, Any], str]]:
+    """(op, parameters, direction) of the exhaustive check: every op of the table with its parameter cases
+    (`param_cases`), each elementwise direction it has there (`directions`, y-forms included) and its
+    parameter gradient."""
+    out = []
+    for spec in OPS.values():
+        for c in param_cases(spec):
+            out += [(spec.name, c, d) for d in directions(spec, c)]
+            if spec.param_grad is not None:
+                out.append((spec.name, c, "param_grad"))
+    return out
+
+
+def bf16_key(op: str, params: dict[str, Any]) -> str:
+    """The kernel key a case runs (what a backend's support table is asked about)."""
+    spec = OPS[op]
+    return spec.kernel_key(spec.defaults() if "weight" in params else spec.validate(params))
+
+
+def run_bf16_case(backend: str | None, op: str, params: dict[str, Any], direction: str,
+                  x: np.ndarray | None = None, cache: dict | None = None) -> Bf16Verdict:
+    """One exhaustive case (x: every bfloat16 pattern unless a sample is given); `cache` keeps the float64
+    references between backends (they do not depend on the backend)."""
+    import multiact as ma
+
+    spec = OPS[op]
+    x = bf16_all() if x is None else x
+    dy = bf16_dy(x.size)
+    call = dict(params)
+    x_in, dy_in = x, dy
+    if op == "prelu":
+        x_in, dy_in = x.reshape(-1, 4), dy.reshape(-1, 4)
+        w64 = np.array([0.25]) if params["weight"] == "single" else np.linspace(-0.5, 1.5, 4)
+        call["weight"] = _dtypes.from_float64(w64)
+    x32, dy32 = _dtypes.to_float32(x_in), _dtypes.to_float32(dy_in)
+    ref_params = dict(call)
+    if op == "prelu":
+        w32 = _dtypes.to_float32(call["weight"])
+        ref_params = {"weight": w32.reshape(1, -1) if w32.size > 1 else w32.reshape(1, 1), "axis": 1}
+    key = (op, case_id(params), direction, x.size)
+    hit = None if cache is None else cache.get(key)
+    with np.errstate(all="ignore"):
+        if direction == "backward_y":
+            y = _dtypes.from_float64(reference(spec, "forward", ref_params, np.float32, x32))
+            y32 = _dtypes.to_float32(y)
+            ref = hit if hit is not None else reference(spec, "backward_y", ref_params, np.float32, dy32, y32)
+            got = ma.backward(op, dy_in, y=y, backend=backend, **call)
+            x_judged, zero_in = y32, (y32 == 0) | (dy32 == 0)
+        elif direction == "param_grad":
+            ref = hit if hit is not None else np.asarray(
+                reference(spec, "param_grad", ref_params, np.float32, dy32, x32), dtype=np.float64)
+            got = np.asarray(ma.param_grad(op, spec.param_grad[0], dy_in, x_in, backend=backend, **call))
+            x_judged, zero_in = np.zeros(ref.shape), np.zeros(ref.shape, bool)
+        else:
+            args = (x32,) if direction == "forward" else (dy32, x32)
+            ref = hit if hit is not None else reference(spec, direction, ref_params, np.float32, *args)
+            got = (ma.forward(op, x_in, backend=backend, **call) if direction == "forward"
+                   else ma.backward(op, dy_in, x_in, backend=backend, **call))
+            x_judged = x32
+            zero_in = (x32 == 0) if direction == "forward" else (x32 == 0) | (dy32 == 0)
+    if cache is not None:
+        cache[key] = ref
+    if not _dtypes.is_bf16(np.asarray(got).dtype):
+        raise TypeError(f"{op} {direction} on bfloat16 returned {np.asarray(got).dtype}")
+    n, one, bad = judge_bf16(got, ref, x_judged, zero_in)
+    gb, wb = np.asarray(got).view(np.uint16).reshape(-1), _dtypes.f64_to_bf16_bits(np.asarray(ref)).reshape(-1)
+    xs = np.asarray(x_judged, dtype=np.float64).reshape(-1)
+    return Bf16Verdict(op, direction, dict(params), n, one, int(bad.size),
+                       [(float(xs[i]) if xs.size > i else 0.0, int(gb[i]), int(wb[i])) for i in bad[:20]])

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, registry
+from . import dtypes as _dtypes
 from .optable import OpSpec, value_key
 
 _HOST_KINDS = ("numpy", "torch", "other")
@@ -40,8 +41,8 @@ def _same_kind(fn: str, named: dict[str, Any]) -> str:
 
 
 def same_given_dtype(fn: str, named: dict[str, Any]) -> None:
-    """The caller's arrays have one dtype as given (bfloat16 is computed on a float32 copy, which must not
-    hide a bfloat16 dy beside a float32 x); TypeError naming them.  Byte order does not count."""
+    """The caller's arrays have one dtype as given (before any conversion: a list's float64 beside a float32 x
+    is refused like a float32 dy beside it); TypeError naming them.  Byte order does not count."""
     given = {n: _given_dtype(a) for n, a in named.items() if a is not None and hasattr(a, "dtype")}
     if len(set(given.values())) > 1:
         (n0, d0), *rest = given.items()
@@ -61,7 +62,7 @@ _NAMES = {(np.dtype(n).kind, np.dtype(n).itemsize): n for n in ("float16", "floa
 
 def dtype_name(dt: np.dtype) -> str:
     """A NumPy dtype's name, without dtype.name's cost (microseconds) for the float dtypes."""
-    return _NAMES.get((dt.kind, dt.itemsize)) if dt.isnative else dt.name
+    return (_NAMES.get((dt.kind, dt.itemsize)) or dt.name) if dt.isnative else dt.name
 
 
 def _host(fn: str, named: dict[str, Any]) -> dict[str, np.ndarray]:
@@ -84,12 +85,15 @@ def _check_device(fn: str, named: dict[str, Any], out: Any) -> None:
     items = [*named.items()] + ([] if out is None else [("out", out)])
     ref_name, ref = items[0]
     for n, a in items:
-        if _dtype_name(a) not in ("float16", "float32", "float64"):
-            raise TypeError(f"{fn}: {n} must have a float16, float32 or float64 dtype, got {_dtype_name(a)}")
+        if _dtype_name(a) not in _DEVICE_DTYPES:
+            raise TypeError(f"{fn}: {n} must have a {_arrays.DTYPE_TEXT} dtype, got {_dtype_name(a)}")
         if _dtype_name(a) != _dtype_name(ref):
             raise TypeError(f"{fn}: {n} has dtype {_dtype_name(a)} but {ref_name} has {_dtype_name(ref)}")
         if tuple(a.shape) != tuple(ref.shape):
             raise ValueError(f"{fn}: {n} has shape {tuple(a.shape)} but {ref_name} has {tuple(ref.shape)}")
+
+
+_DEVICE_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
@@ -173,7 +177,7 @@ def _prelu_broadcast_call(fn: str, spec: OpSpec, direction: str, arrs: dict[str,
     if direction == "param_grad":
         g = np.asarray(call(spec, direction, named3, p3, None, backend), dtype=np.float64).reshape(xs[i:j])
         spread = tuple(k - i for k in range(i, j) if aligned.shape[k] == 1)
-        return g.sum(axis=spread, keepdims=True).reshape(w.shape).astype(w.dtype)
+        return _dtypes.cast_float64(g.sum(axis=spread, keepdims=True).reshape(w.shape), w.dtype)
     res = np.asarray(call(spec, direction, named3, p3, None, backend)).reshape(xs)
     if out is None:
         return res
@@ -190,8 +194,8 @@ def _weight(spec: OpSpec, p: dict, x: np.ndarray, direction: str = "forward") ->
     w = _arrays.as_host_array(p["weight"], f"{fn}: weight")
     axis = prelu_axis(fn, x.shape, w.shape, p["axis"])
     with np.errstate(over="ignore", invalid="ignore"):
-        cast = w.astype(x.dtype)
-    if not np.isfinite(cast).all():
+        cast = _dtypes.from_float64(w) if _dtypes.is_bf16(x.dtype) else w.astype(x.dtype)
+    if not np.isfinite(cast.astype(np.float32) if cast.dtype.kind == "V" else cast).all():
         raise ValueError(f"{fn}: weight must be finite in {x.dtype.name}, where {x.dtype.name} arrays compute it")
     if axis is None:
         return {**p, "weight": cast.reshape((1,) * x.ndim), "axis": 0}, w
@@ -326,10 +330,9 @@ def call(
     if direction == "param_grad":
         res = _run(mod, kernel, spec, direction, dtype, ins, p)
         if spec.name == "prelu":
-            res = np.asarray(res).astype(weight_in.dtype).reshape(weight_in.shape)
+            res = _dtypes.cast_float64(res, weight_in.dtype).reshape(weight_in.shape)
             return _arrays.wrap_like(res, named["x"]) if _arrays.kind_of(named["x"]) == "torch" else res
-        with np.errstate(over="ignore"):  # a float16 sum beyond 65504 is inf, as NumPy would say
-            return like.dtype.type(res)
+        return param_result(res, like.dtype)
     if out is None:
         res = np.empty_like(like)
     else:
@@ -350,6 +353,15 @@ def call(
     return _arrays.wrap_like(res, named.get("x", named.get("y")))
 
 
+def param_result(res: float, dtype: np.dtype) -> Any:
+    """A float64 parameter-gradient sum as a scalar of the data's dtype, rounded once (a float16 sum beyond
+    65504 is inf, as NumPy would say; bfloat16 rounds to nearest even from float64, never via float32)."""
+    if _dtypes.is_bf16(dtype):
+        return _dtypes.from_float64(res)[()]
+    with np.errstate(over="ignore"):
+        return dtype.type(res)
+
+
 def _plain(named: dict[str, Any], out: Any) -> bool:
     """Only calls on plain NumPy arrays are remembered for the hot path (which takes nothing else)."""
     return (out is None or type(out) is np.ndarray) and all(type(a) is np.ndarray for a in named.values())
@@ -362,7 +374,8 @@ def _plain(named: dict[str, Any], out: Any) -> bool:
 # runs its cached kernel on NumPy views of the tensors, after the checked path's own checks of its arrays:
 # one dtype and shape (else the checked path raises), out= a plain CPU tensor of x's dtype (not bfloat16,
 # not requiring grad under grad mode: as_host_array's refusals), check_out, and the version counter bumped
-# after the write.  bfloat16 runs the float32 kernel on a float32 copy and rounds the result back.
+# after the write.  bfloat16 tensors are zero-copy too: their memory seen as int16, then as ml_dtypes.bfloat16,
+# and run by the backend's bfloat16 kernel (computed in float32, rounded once), like a NumPy bfloat16 array.
 
 TENSOR: list[Any] = [None]  # torch.Tensor once torch is imported (the generated functions' type test)
 MISS = object()  # the hot path cannot vouch for this call: take the checked path
@@ -380,17 +393,17 @@ def _plain_tensors(named: dict[str, Any], out: Any) -> bool:
 
 
 def _view(a: Any) -> np.ndarray:
+    if a.dtype is _BF16[0]:
+        return _arrays.bf16_view(a.detach())
     return a.detach().numpy() if a.requires_grad else a.numpy()
 
 
 def eager_forward(hit: _Fast, x: Any) -> Any:
     """multiact.torch's autograd path: the cached forward on a plain CPU tensor x that requires grad
     (the caller checked type, device and cache key); the result's dtype is x's."""
-    if x.dtype is _BF16[0]:
-        return tensor_hot(hit, "", ("x",), (x,), None)
     y = _EMPTY_LIKE[0](x)
     try:
-        hit.kernel(x.detach().numpy(), y.numpy(), hit.p)
+        hit.kernel(_view(x), _view(y), hit.p)
     except Exception as e:
         annotate(e, hit)
         raise
@@ -400,12 +413,11 @@ def eager_forward(hit: _Fast, x: Any) -> Any:
 def eager_backward(hit: _Fast, g: Any, x: Any) -> Any:
     """multiact.torch's autograd path: the cached backward for autograd's gradient g of a forward on x (the
     engine checked g's shape and dtype against the output, which are x's); MISS where g is unusual."""
-    if type(g) is not TENSOR[0] or not g.is_cpu or g.dtype is not x.dtype or x.dtype is _BF16[0]:
+    if type(g) is not TENSOR[0] or not g.is_cpu or g.dtype is not x.dtype:
         return tensor_hot(hit, "", ("dy", "x"), (g, x), None) if type(g) is TENSOR[0] else MISS
-    ga = g.detach().numpy() if g.requires_grad else g.numpy()
     y = _EMPTY_LIKE[0](x)
     try:
-        hit.kernel(ga, x.detach().numpy(), y.numpy(), hit.p)
+        hit.kernel(_view(g), _view(x), _view(y), hit.p)
     except Exception as e:
         annotate(e, hit)
         raise
@@ -420,11 +432,13 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
     if not like.is_cpu:
         return MISS
     dt = like.dtype
-    if out is None and len(ins) == 1 and dt is not _BF16[0]:  # the common case, with nothing in the way
-        xa = like.detach().numpy() if like.requires_grad else like.numpy()
+    if out is None and len(ins) == 1:  # the common case, with nothing in the way
         y = _EMPTY_LIKE[0](like)  # torch's allocation (a little cheaper than NumPy's, and resizable)
         try:
-            hit.kernel(xa, y.numpy(), hit.p)
+            if dt is _BF16[0]:
+                hit.kernel(_view(like), _view(y), hit.p)
+            else:
+                hit.kernel(like.detach().numpy() if like.requires_grad else like.numpy(), y.numpy(), hit.p)
         except Exception as e:
             annotate(e, hit)
             raise
@@ -433,18 +447,11 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
         a = ins[0]
         if type(a) is not TENSOR[0] or a.dtype != dt or a.shape != like.shape or not a.is_cpu:
             return MISS
-    if dt is _BF16[0]:
-        if out is not None:
-            return MISS  # the checked path refuses a bfloat16 out by name
-        arrs = tuple(a.detach().float().numpy() for a in ins)
-        res = np.empty_like(arrs[-1])
-        run_fast(hit, (*arrs, res))
-        return _FROM_NUMPY[0](res).to(dt)
     arrs = (_view(like),) if len(ins) == 1 else (_view(ins[0]), _view(like))
     if out is None:
         y = _EMPTY_LIKE[0](like)
         try:
-            hit.kernel(*arrs, y.numpy(), hit.p)
+            hit.kernel(*arrs, _view(y), hit.p)
         except Exception as e:
             annotate(e, hit)
             raise
@@ -523,8 +530,6 @@ def _described(a: Any) -> tuple[str, str, str, str]:
     dtype = _dtype_name(a) if hasattr(a, "dtype") else np.asarray(a).dtype.name
     if raw == "torch":
         note = "a zero-copy NumPy view of the tensor; the result is a tensor"
-        if dtype == "bfloat16":
-            return "torch CPU bfloat16 tensors", "numpy", "float32", "computed on a float32 copy, rounded to bfloat16"
         return f"torch CPU {dtype} tensors", "numpy", dtype, note
     if raw == "other":
         return f"{type(a).__name__} values ({dtype}, as np.asarray gives)", "numpy", dtype, "converted by np.asarray"

@@ -75,7 +75,8 @@ class Tolerance:
     cond: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray] | None = None
 
     def ulp(self, dtype: str) -> float:
-        return {"float16": self.ulp16, "float32": self.ulp32, "float64": self.ulp64}[dtype]
+        # bfloat16 follows float16's rule (computed in float32, rounded once): the same bound in its own ulp
+        return {"float16": self.ulp16, "bfloat16": self.ulp16, "float32": self.ulp32, "float64": self.ulp64}[dtype]
 
 
 @dataclass(frozen=True)

@@ -336,8 +336,9 @@ def softsign(x):
 
 @np.errstate(all="ignore")
 def softsign_grad(dy, x):
+    # divided twice: (1 + |x|)^2 overflows float32 for |x| >= 1.8e19, where the derivative is still normal
     d = _c(x, 1) + np.abs(x)
-    return dy / (d * d)
+    return (dy / d) / d
 
 
 # ---- x * gate(x) family --------------------------------------------------------
