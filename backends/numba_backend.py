@@ -7,7 +7,10 @@ functions of `numba_math` (so the loop vectorises), for float64 libm, mirroring
 (op, direction, dtype) in two variants: serial for small arrays (no thread-pool
 wake-up) and parallel.  float16 and non-contiguous arrays go through float32
 (or float64) blocks of `_BLOCK` elements with `np.nditer` buffering, so an
-in-place call never allocates a result-sized temporary.  The gated family's
+in-place call never allocates a result-sized temporary.  bfloat16 (numba has no
+such type) goes through float32 blocks made from its bits: compiled loops widen
+the uint16 patterns (<< 16) and store with round-to-nearest-even in integer
+arithmetic, NaN kept quiet (`multiact.dtypes`' rule, tested bit for bit against it).  The gated family's
 kernels (gated:<act>: two inputs, two outputs backward) are at the end of this
 file: one loop per key, direction and dtype over any strides, without copies
 where the inner stride is 1.
@@ -49,6 +52,7 @@ import numpy as np
 
 from multiact._config import get_num_threads
 from multiact._layout import coalesce, flat_views
+from multiact.dtypes import f32_bits_to_bf16, is_bf16, to_float32
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS
 
 NAME = "numba"
@@ -57,7 +61,7 @@ KINDS = ("numpy",)
 
 _PAR_MIN = 1 << 16  # below this many elements the serial loop wins (no pool wake-up)
 _BLOCK = 1 << 16  # elements per buffered block (float16 / non-contiguous)
-_DTYPES = ("float16", "float32", "float64")
+_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def _once(fn: Callable) -> Callable:
@@ -192,6 +196,8 @@ def _reduce(key: str, dy: np.ndarray, x: np.ndarray, a: float) -> float:
     """sum over all elements of a float64 term(dy, x, a), blockwise in float64."""
     if x.size == 0:
         return 0.0
+    if is_bf16(x.dtype):  # the exact float32 values of the bits (no bfloat16 cast in np.nditer)
+        dy, x = to_float32(dy), to_float32(x)
     pair = _reductions(key)
     total = 0.0
     flats = flat_views(dy, x) if x.dtype == np.float64 else None
@@ -368,6 +374,12 @@ def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -
         return
     pair = _loops(key)
     a, b = ab
+    if out.dtype.kind == "V":  # bfloat16
+        parallel = out.size >= _PAR_MIN and _threads() > 1
+        pair.compile_blocks(len(ins), np.float32, parallel)
+        for chunk in _bf16_chunks(ins, (out,)):
+            _dispatch(pair, chunk, a, b, parallel)
+        return
     if out.dtype != np.float16:
         flats = flat_views(*ins, out)
         if flats is not None:
@@ -389,6 +401,81 @@ def _run(key, ins: tuple, out: np.ndarray, ab: tuple[float, float], work=None) -
     with it:
         for chunk in it:
             _dispatch(pair, chunk, a, b, parallel)
+
+
+# ---- bfloat16: float32 blocks from the bits ----------------------------------------------------------
+
+
+def _bf16_widen_loop(h, bits):
+    for i in range(h.shape[0]):
+        bits[i] = np.uint32(h[i]) << np.uint32(16)
+
+
+def _bf16_store_loop(u, out):
+    for i in range(u.shape[0]):
+        v = u[i]
+        r = (v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+        if (v & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):  # NaN: quiet, sign and high payload kept
+            r = (v >> np.uint32(16)) | np.uint32(0x40)
+        out[i] = np.uint16(r)
+
+
+@lru_cache(maxsize=1)
+def bf16_codec() -> tuple[Callable, Callable]:
+    """(widen(uint16 bits, uint32 out), store(float32 bits as uint32, uint16 out)), compiled for their one
+    signature (inputs read-only, C-contiguous 1-D) before any caller writes anything."""
+    from numba import njit, types
+
+    jit = njit(error_model="numpy", cache=_cache_status()[0])
+    widen, store = jit(_bf16_widen_loop), jit(_bf16_store_loop)
+    u16, u32 = types.Array(types.uint16, 1, "C"), types.Array(types.uint32, 1, "C")
+    widen.compile((types.Array(types.uint16, 1, "C", readonly=True), u32))
+    store.compile((types.Array(types.uint32, 1, "C", readonly=True), u16))
+    return widen, store
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
+
+
+def _bf16_chunks(ins: tuple, outs: tuple, block: int = _BLOCK):
+    """float32 blocks of bfloat16 operands: yields (input blocks..., output blocks...), contiguous float32
+    of one length; once the caller has filled the output blocks they are stored (rounded once) into the
+    outputs' bits, before the next inputs are read (in place is safe).  Contiguous operands are sliced,
+    others go through np.nditer's uint16 buffers (no casting)."""
+    widen, store = bf16_codec()
+    bits = tuple(a.view(np.uint16) for a in (*ins, *outs))
+    n = outs[0].size
+    bufs = [np.empty(min(n, block), np.float32) for _ in bits]
+    nin = len(ins)
+
+    def run(chunk):
+        m = chunk[0].shape[0]
+        f = [b[:m] for b in bufs]
+        for c, fb in zip(chunk[:nin], f, strict=False):
+            widen(_ro(c), fb.view(np.uint32))
+        yield tuple(f)
+        for c, fb in zip(chunk[nin:], f[nin:], strict=True):
+            store(_ro(fb.view(np.uint32)), c)
+
+    flats = flat_views(*bits)
+    if flats is not None:
+        for i in range(0, n, block):
+            yield from run([a[i:i + block] for a in flats])
+        return
+    it = np.nditer(
+        bits,
+        flags=["external_loop", "buffered", "zerosize_ok", "grow_inner"],
+        op_flags=[["readonly", "contig"]] * nin + [["writeonly", "contig"]] * len(outs),
+        buffersize=block,
+        order="K",
+    )
+    with it:
+        for chunk in it:
+            yield from run(chunk)
 
 
 # ---- the formulas -----------------------------------------------------------------------------------
@@ -779,6 +866,10 @@ def _run_gated(key: tuple[str, str, str], ins: tuple, outs: tuple, params: tuple
     parallel = out.size >= _PAR_MIN and _threads() > 1
     _gated_compile(pair, nops, wdt, parallel)
     arrays = (*ins, *outs)
+    if out.dtype.kind == "V":  # bfloat16: float32 blocks from the bits
+        for chunk in _bf16_chunks(ins, outs):
+            _gated_call(pair, chunk, 1, chunk[0].shape[0], [(0, 1)] * nops, params, parallel)
+        return
     grid = _grid2(arrays, len(ins)) if out.dtype != np.float16 else None
     if grid is not None:
         _gated_call(pair, arrays, *grid, params, parallel)
@@ -936,6 +1027,19 @@ def _bias_operand(a: np.ndarray | None, wdt) -> tuple:
     return (base, off, 0, st[0], 0) if a.ndim == 1 else (base, off, *st)
 
 
+def _widened(a: np.ndarray, wdt) -> np.ndarray:
+    """A contiguous compute-dtype copy of a piece (bfloat16 from its bits, exactly)."""
+    return to_float32(a) if a.dtype.kind == "V" else np.ascontiguousarray(a, wdt)
+
+
+def _stored(dst: np.ndarray, src: np.ndarray) -> None:
+    """dst[...] = src, rounded once (bfloat16 by `multiact.dtypes`' store, not ml_dtypes' cast)."""
+    if dst.dtype.kind == "V":
+        f32_bits_to_bf16(src, out=dst.view(np.uint16))
+    else:
+        dst[...] = src
+
+
 def _bias_aligned(a: np.ndarray | None) -> bool:
     return a is None or all(s % a.itemsize == 0 for s in a.strides) and a.ctypes.data % a.itemsize == 0
 
@@ -987,9 +1091,10 @@ def _run_bias(key: tuple[str, str, str], arrays: tuple, p4: tuple[float, ...], w
     wdt = np.float64 if lead.dtype == np.float64 else np.float32
     parallel = lead.size >= _PAR_MIN and _threads() > 1
     _bias_compile(pair, len(arrays), wdt, parallel)
-    if lead.dtype != np.float16 and all(_bias_aligned(a) for a in arrays):
+    half = lead.dtype == np.float16 or lead.dtype.kind == "V"
+    if not half and all(_bias_aligned(a) for a in arrays):
         return _bias_call(pair, arrays, tuple(flags), p4, want, bwd, parallel)
-    # float16 (or misaligned views): float32 (compute-dtype) pieces of at most _BLOCK elements
+    # float16, bfloat16 (or misaligned views): float32 (compute-dtype) pieces of at most _BLOCK elements
     total = np.zeros((2, c)) if want else None
     ti = min(inner, _BLOCK)
     tc = min(c, max(1, _BLOCK // ti))
@@ -1004,15 +1109,15 @@ def _run_bias(key: tuple[str, str, str], arrays: tuple, p4: tuple[float, ...], w
                     if a is None:
                         piece.append(None)
                     elif a.ndim == 1:
-                        piece.append(np.ascontiguousarray(a[sl[1]], wdt))
+                        piece.append(_widened(a[sl[1]], wdt))
                     elif k < nin:
-                        piece.append(np.ascontiguousarray(a[sl], wdt))
+                        piece.append(_widened(a[sl], wdt))
                     else:
                         piece.append(np.empty(a[sl].shape, wdt))
                 got = _bias_call(pair, tuple(piece), tuple(flags), p4, want, bwd, False)
                 for k in range(nin, len(arrays)):
                     if arrays[k] is not None:
-                        arrays[k][sl] = piece[k]
+                        _stored(arrays[k][sl], piece[k])
                 if want:
                     total[:, c0:c0 + tc] += got
     return total

@@ -70,6 +70,10 @@ class Tolerance:
     fwd_atol: float = 0.0
     bwd_atol: float = 0.0
     y_atol: float = 0.0  # in eps * |dy * y|: a backward from y that adds a constant to y cancels
+    # The share of bfloat16 results (exhaustive check, `consistency.run_bf16_case`) that may be one bfloat16
+    # ulp from the correctly rounded reference: where the float32 computation's own error straddles a
+    # bfloat16 rounding boundary, or its correctly rounded float32 value sits exactly on a tie.
+    bf16_one_ulp: float = 1e-3
     # Relative-error amplification of the op's internal argument (z = beta*x, x/alpha, x/sqrt2...):
     # rounding z to the compute precision costs cond(x, params) * eps relative in an exp/erfc tail.
     cond: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray] | None = None
@@ -262,6 +266,12 @@ class OpTable(dict):
 
 _LINEAR = Tolerance(ulp32=1, ulp64=1, ulp16=1)
 _EXP_FROM_Y = Tolerance(y_atol=2)
+# selu, measured over all 65,536 bfloat16 inputs (numpy, numba): 0.40% one ulp off from y (dy * (y + scale *
+# alpha) cancels, with scale * alpha held in float32: the ~25,000 saturated inputs share one y), and 0.93-1.02%
+# with alpha=2, scale=3, where scale * alpha * expm1(x) for tiny x is a 10-bit product that float32 holds
+# exactly on a bfloat16 tie the float64 value is just inside of.  Rounding float32 results once cannot see
+# that side; only a wider intermediate (or the constant split in two) would.
+_SELU = Tolerance(y_atol=2, bf16_one_ulp=0.012)
 
 
 def _scaled_arg(k: float | str) -> Callable[[np.ndarray, Mapping[str, Any]], np.ndarray]:
@@ -299,7 +309,7 @@ _NUMERICS: dict[str, dict[str, Any]] = {
     "elu": dict(forward=R.elu, backward=R.elu_grad, backward_y=R.elu_grad_y, kinks=lambda p: (0.0,), tol=_EXP_FROM_Y,
                 backward2=R.elu_grad2),
     "selu": dict(forward=R.selu, backward=R.selu_grad, backward_y=R.selu_grad_y, kinks=lambda p: (0.0,),
-                 tol=_EXP_FROM_Y,
+                 tol=_SELU,
                  backward2=R.selu_grad2),
     "celu": dict(forward=R.celu, backward=R.celu_grad, backward_y=R.celu_grad_y, kinks=lambda p: (0.0,),
                  tol=Tolerance(y_atol=2, cond=_scaled_arg("alpha")),
