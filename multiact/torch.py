@@ -37,6 +37,7 @@ import multiact as _multiact
 
 from . import api, dispatch, fused_bias_act, gated, registry
 from ._opdefs import COMPOSITES, GATED, CompositeDef
+from ._torch_func import TransformableOp
 from .optable import OPS, REQUIRED, OpSpec
 
 __all__: list[str] = []
@@ -101,6 +102,7 @@ def _define(name: str, args: list[_Arg], returns: str, impl, fake, mutates: tupl
     op = torch.library.custom_op(f"{NAMESPACE}::{name}", ns[name], mutates_args=mutates, schema=schema)
     if fake is not None:
         op.register_fake(ns[f"{name}_fake"])
+    op.__class__ = TransformableOp  # torch.func transforms take it (multiact/_torch_func.py)
     CUSTOM_OPS[name] = op
     return op
 
@@ -188,6 +190,12 @@ class _OpSet:
             self.pgrad.register_autograd(self._pgrad_backward, setup_context=self._setup_grad)
         if self.grad2 is not None:
             self.grad2.register_autograd(self._grad2_backward, setup_context=self._setup_none)
+        plain = self.learn is None  # no tensor parameter: every tensor argument is elementwise with x
+        self.fwd.transform_rules(jvp=self._fwd_jvp, elementwise=plain)
+        self.grad.transform_rules(jvp=self._grad_jvp, elementwise=plain)
+        for op in (self.grad_y, self.grad2):
+            if op is not None:
+                op.transform_rules(elementwise=plain)
 
     def _type(self, p) -> str:
         if p.name == self.learn:
@@ -339,6 +347,31 @@ class _OpSet:
         dy, x, learn = ctx.saved_tensors
         vals = self._vals(ctx, learn)
         return _mixed_pgrad(self, ctx.needs_input_grad, gg, dy, x, vals)
+
+    def _tangent_of_x_only(self, tangents, first: int) -> None:
+        if any(t is not None for t in tangents[first:]):
+            raise RuntimeError(f"multiact.torch.{self.spec.name}: forward-mode differentiation (jvp, jacfwd, "
+                               f"hessian) with respect to {self.learn} is not defined; use reverse mode")
+
+    def _fwd_jvp(self, inputs, tangents):
+        """d f(x) = f'(x) dx: the first backward applied to the tangent."""
+        x, *vals = inputs
+        self._tangent_of_x_only(tangents, 1)
+        return self.grad(tangents[0], x, *vals)
+
+    def _grad_jvp(self, inputs, tangents):
+        """d(dy f'(x)) = d(dy) f'(x) + dy f''(x) dx."""
+        dy, x, *vals = inputs
+        self._tangent_of_x_only(tangents, 2)
+        t_dy, t_x = tangents[:2]
+        out = None if t_dy is None else self.grad(t_dy, x, *vals)
+        if t_x is not None:
+            if self.grad2 is None:
+                raise _second_order_error(f"the forward-mode derivative of multiact.{self.spec.name}_grad in x",
+                                          "it needs multiact.backward2 (f'')")
+            d2 = self.grad2(t_x, dy, x, *vals)
+            out = d2 if out is None else out + d2
+        return torch.zeros_like(x) if out is None else out
 
     def _grad2_backward(self, ctx, g3):
         raise _second_order_error(f"multiact.{self.spec.name}_grad2 (a third derivative)",
