@@ -252,21 +252,29 @@ def _bias_act(key: str, direction: str) -> Callable:
 
 
 def _bf16_blocks(arrays: tuple[np.ndarray, ...], outs: tuple[np.ndarray, ...]):
-    """Blocks of bfloat16 arrays as float32 (exact), the out blocks float32 temporaries rounded once into the
-    outputs' bits when the caller has filled them (before the next block is read: in place is safe)."""
+    """Blocks of bfloat16 arrays as float32 (exact), the bfloat16 out blocks float32 temporaries rounded once
+    into the outputs' bits when the caller has filled them (before the next block is read: in place is safe).
+    Operands of another dtype (a float32 scratch array) are float32 blocks of their own, written directly."""
     n = len(arrays)
+    ops = arrays + outs
+    bf = [is_bf16(a.dtype) for a in ops]
     it = np.nditer(
-        tuple(a.view(np.uint16) for a in arrays + outs),
-        flags=["external_loop", "buffered", "zerosize_ok"],
+        tuple(a.view(np.uint16) if b else a for a, b in zip(ops, bf, strict=True)),
+        flags=["external_loop", "buffered", "zerosize_ok", "refs_ok"],
         op_flags=[["readonly"]] * n + [["writeonly"]] * len(outs),
+        op_dtypes=[np.uint16 if b else np.float32 for b in bf],
+        casting="same_kind",
         buffersize=_BLOCK,
     )
     with it:
         for chunk in it:
-            res = tuple(np.empty(chunk[0].shape, np.float32) for _ in outs)
-            yield (*(bf16_bits_to_f32(c) for c in chunk[:n]), *res)
-            for dst, r in zip(chunk[n:], res, strict=True):
-                f32_bits_to_bf16(r, out=dst)
+            ins = tuple(bf16_bits_to_f32(c) if b else c for c, b in zip(chunk[:n], bf, strict=False))
+            res = tuple(np.empty(chunk[0].shape, np.float32) if b else c
+                        for c, b in zip(chunk[n:], bf[n:], strict=True))
+            yield (*ins, *res)
+            for dst, r, b in zip(chunk[n:], res, bf[n:], strict=True):
+                if b:
+                    f32_bits_to_bf16(r, out=dst)
 
 
 def _put(dst: np.ndarray, src: np.ndarray) -> None:

@@ -400,7 +400,7 @@ def gated_failures(backend: str | None, op: str, params: dict[str, Any], dtype: 
                 failures.append(f"{what}: shape {got.shape}, expected {ref.shape}")
                 continue
             either = np.isnan(ref) & ~np.isnan(reference_plain[what])  # NaN or inf (_gated_reference)
-            got = np.where(either & ~np.isfinite(got), np.nan, got)
+            got = np.where(either & ~np.isfinite(got), np.nan, got).astype(got.dtype)  # (bfloat16 stays)
             v = compare(got, ref, g, act, direction, scale=scale, params=call.act_p, slack=slack, zero_sign=sign)
             if not v.passed:
                 failures.append(f"{what}: {v.describe()}")

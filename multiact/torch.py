@@ -118,8 +118,9 @@ def _layout(res: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def _written_in_place(like: torch.Tensor) -> bool:
-    """Whether a result can be written straight into a tensor allocated like `like` (host, not bfloat16)."""
-    return like.device.type == "cpu" and like.dtype != torch.bfloat16
+    """Whether a result can be written straight into a tensor allocated like `like` (any host tensor: bfloat16
+    ones are zero-copy NumPy bfloat16 views too)."""
+    return like.device.type == "cpu"
 
 
 def _elementwise(spec: OpSpec, direction: str, named: dict, p: dict, backend, like: torch.Tensor) -> torch.Tensor:
@@ -133,7 +134,10 @@ def _elementwise(spec: OpSpec, direction: str, named: dict, p: dict, backend, li
 def _to(value: Any, like: torch.Tensor) -> torch.Tensor:
     """A parameter gradient (NumPy scalar, array or tensor) as a tensor of like's dtype, device and shape."""
     if not isinstance(value, torch.Tensor):
-        value = torch.as_tensor(np.asarray(value), device=like.device)
+        arr = np.asarray(value)
+        if arr.dtype.kind == "V":  # NumPy bfloat16 (torch cannot take it): its float32 values, exactly
+            arr = arr.astype(np.float32)
+        value = torch.as_tensor(arr, device=like.device)
     return value.to(device=like.device, dtype=like.dtype).reshape(like.shape).clone()
 
 
@@ -973,7 +977,7 @@ def _apply_gated(cdef: CompositeDef, x: Any, up: Any, given: dict, extra: dict, 
         return s.fwd(x, *args)
     if not isinstance(up, torch.Tensor):
         raise TypeError(f"{fn}: up must be a torch.Tensor or None, got {type(up).__name__}")
-    if up.dtype != x.dtype:  # checked here: a bfloat16 tensor reaches multiact as a float32 copy
+    if up.dtype != x.dtype:  # checked here, before the custom op (whose message would name its own arguments)
         raise TypeError(f"{fn}: up has dtype {up.dtype} but x has {x.dtype}; they must match")
     return s.fwd_up(x, up, *args)
 
