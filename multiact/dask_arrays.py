@@ -24,9 +24,10 @@ import dask.array as da
 import numpy as np
 
 from . import _arrays, dispatch, registry
+from . import dtypes as _dtypes
 from .optable import OPS, OpSpec
 
-_FLOATS = ("float16", "float32", "float64")
+_FLOATS = ("float16", "bfloat16", "float32", "float64")
 
 
 def call(spec: OpSpec, direction: str, named: dict[str, Any], p: dict, out: Any, backend: str | None) -> da.Array:
@@ -67,8 +68,15 @@ def call(spec: OpSpec, direction: str, named: dict[str, Any], p: dict, out: Any,
     if op == "prelu":
         other = tuple(i for i in ind if i not in keep)
         total = partials.sum(axis=other, dtype=np.float64)
-        return total.reshape(w_shape).astype(w_dtype)
-    return partials.sum(dtype=np.float64).astype(like.dtype)
+        return _rounded(total.reshape(w_shape), w_dtype)
+    return _rounded(partials.sum(dtype=np.float64), like.dtype)
+
+
+def _rounded(total: da.Array, dtype: np.dtype) -> da.Array:
+    """The float64 total in the data's dtype, rounded once (bfloat16 by multiact.dtypes, not via float32)."""
+    if not _dtypes.is_bf16(np.dtype(dtype)):
+        return total.astype(dtype)
+    return total.map_blocks(_dtypes.cast_float64, dtype, dtype=dtype)
 
 
 def _one(_: int) -> int:
@@ -80,7 +88,7 @@ def _check(op: str, arrays: dict[str, da.Array]) -> None:
     ref_name, ref = next(iter(arrays.items()))
     for n, a in arrays.items():
         if a.dtype.name not in _FLOATS:
-            raise TypeError(f"{op}(): {n} must have a float16, float32 or float64 dtype, got {a.dtype}")
+            raise TypeError(f"{op}(): {n} must have a {_arrays.DTYPE_TEXT} dtype, got {a.dtype}")
         if a.dtype != ref.dtype:
             raise TypeError(f"{op}(): {n} has dtype {a.dtype} but {ref_name} has {ref.dtype}; they must match")
         known = not any(math.isnan(s) for s in (*a.shape, *ref.shape))
@@ -96,7 +104,7 @@ def _prelu_weight(op: str, w: Any, x: da.Array, axis: int) -> tuple[Any, tuple |
     if not isinstance(w, da.Array):
         w = _arrays.as_host_array(w, f"{op}(): weight")
     elif w.dtype.name not in _FLOATS:
-        raise TypeError(f"{op}(): weight must have a float16, float32 or float64 dtype, got {w.dtype}")
+        raise TypeError(f"{op}(): weight must have a {_arrays.DTYPE_TEXT} dtype, got {w.dtype}")
     axis = dispatch.prelu_axis(op, x.shape, w.shape, axis)
     if axis is None:
         return (w, None, None, w.shape) if isinstance(w, np.ndarray) else (w.reshape(()), (), None, w.shape)

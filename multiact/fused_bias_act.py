@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from . import _arrays, dispatch, registry
+from . import dtypes as _dtypes
 from ._opdefs import BIAS_ACT, F32_MAX, CompositeDef, Param, composable
 from .errors import YFormError
 from .optable import LINEAR as LINEAR_SPEC
@@ -132,12 +133,14 @@ def y_form_check(fn: str, call: BiasActCall, dtype: Any, scale: Any) -> None:
             raise YFormError(f"{fn}: y= with act={name!r} needs parameter 'gain' to be a power of two, got "
                              f"{gain!r}: {name}'s y form reads y / gain at its breakpoints, exact only then; "
                              "pass x")
-        if dtype is not None and str(dtype).replace("torch.", "") == "float16":
+        half = None if dtype is None else str(dtype).replace("torch.", "")
+        if half in ("float16", "bfloat16"):
             for k in act.defn.float_params:
                 v = call.act_p[k]
-                if float(np.float16(v)) != float(np.float32(v)):
-                    raise YFormError(f"{fn}: y= with act={name!r} on float16 needs parameter {k!r} to be a "
-                                     f"float16 value (y is stored in float16), got {v!r}; pass x")
+                stored = float(np.float16(v)) if half == "float16" else float(_dtypes.from_float64(v))
+                if stored != float(np.float32(v)):
+                    raise YFormError(f"{fn}: y= with act={name!r} on {half} needs parameter {k!r} to be a "
+                                     f"{half} value (y is stored in {half}), got {v!r}; pass x")
     if scale is not None:
         raise YFormError(f"{fn}: y= with scale= is not supported: dscale = sum(dz * x) needs the input x; "
                          "pass x instead of y=")
@@ -402,8 +405,9 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
 
 
 def _rounded_sum(s: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    with np.errstate(over="ignore"):  # a float16 sum beyond 65504 is inf, as NumPy would say
-        return s.astype(dtype)
+    """A float64 sum in the data's dtype, rounded once (a float16 sum beyond 65504 is inf, as NumPy would say;
+    bfloat16 from float64 directly, not through float32)."""
+    return _dtypes.cast_float64(s, dtype)
 
 
 def _out(fn: str, out: Any) -> np.ndarray:
