@@ -82,11 +82,12 @@ def test_bfloat16_is_computed_in_float32_and_rounded_once():
     assert g.dtype == torch.bfloat16 and torch.equal(g, ma.gelu_grad(dy.float(), x.float()).to(torch.bfloat16))
 
 
-def test_bfloat16_out_is_refused_and_untouched():
+def test_bfloat16_out_is_written_in_place():
+    """bfloat16 tensors are zero-copy views (issue 18): out= a bfloat16 tensor is written, in place too."""
     x = torch.ones(5, dtype=torch.bfloat16)
-    with pytest.raises((TypeError, ValueError), match="out"):
-        ma.relu(-x, out=x)
-    assert torch.equal(x, torch.ones(5, dtype=torch.bfloat16))
+    ptr = x.data_ptr()
+    assert ma.relu(-x, out=x) is x and x.data_ptr() == ptr
+    assert torch.equal(x, torch.zeros(5, dtype=torch.bfloat16))
 
 
 def test_param_grads_with_tensors():

@@ -32,8 +32,7 @@ def _warm():
     for dt in (torch.float32, torch.float64, torch.bfloat16):
         x = _x(dt)
         ma.relu(x), ma.leaky_relu(x, 0.2), ma.gelu_grad(x, x), ma.sigmoid_grad(x, y=x)
-        if dt != torch.bfloat16:
-            ma.relu(x, out=torch.empty_like(x)), ma.gelu_grad(x, x, out=torch.empty_like(x))
+        ma.relu(x, out=torch.empty_like(x)), ma.gelu_grad(x, x, out=torch.empty_like(x))
 
 
 def _untouched(make, call):
@@ -56,8 +55,11 @@ CASES = [
      r"relu\(\): out has shape \(65,\), expected \(64,\)"),
     ("out-requires-grad", _untouched(lambda: [_out().requires_grad_()], lambda o: ma.relu(X, out=o)),
      ValueError, r"relu\(\): out requires grad"),
-    ("out-bfloat16", _untouched(lambda: [_out(torch.bfloat16)], lambda o: ma.relu(_x(torch.bfloat16), out=o)),
-     TypeError, "out is bfloat16"),
+    ("out-bfloat16-for-float32", _untouched(lambda: [_out(torch.bfloat16)], lambda o: ma.relu(X, out=o)),
+     TypeError, r"relu\(\): out has dtype bfloat16, expected float32"),
+    ("bfloat16-out-shape", _untouched(lambda: [_out(torch.bfloat16, n=N + 1)],
+                                      lambda o: ma.relu(_x(torch.bfloat16), out=o)),
+     ValueError, r"relu\(\): out has shape \(65,\), expected \(64,\)"),
     ("out-ndarray-for-tensor", lambda: ma.relu(X, out=np.empty(N, np.float32)), TypeError, "one library"),
     ("out-overlaps-x", _untouched(lambda: [_x(n=N + 1)], lambda b: ma.relu(b[:-1], out=b[1:])), ValueError,
      r"relu\(\): out overlaps x"),
@@ -69,7 +71,7 @@ CASES = [
      r"gelu_grad\(\): x has dtype float32 but dy has float64"),
     ("grad-bfloat16-beside-float32", lambda: ma.gelu_grad(X.bfloat16(), X), TypeError, "bfloat16"),
     ("grad-mixed-libraries", lambda: ma.gelu_grad(X, X.numpy()), TypeError, "one library"),
-    ("int-tensor", lambda: ma.relu(torch.arange(N)), TypeError, "float16, float32, float64 or bfloat16"),
+    ("int-tensor", lambda: ma.relu(torch.arange(N)), TypeError, "float16, bfloat16, float32 or float64"),
     ("param-nan", _untouched(lambda: [_out()], lambda o: ma.leaky_relu(X, float("nan"), out=o)), ValueError,
      "negative_slope"),
     ("param-list", lambda: ma.leaky_relu(X, [0.2]), TypeError, "'negative_slope' must be a real number"),
