@@ -15,13 +15,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from conftest import FULL, host_backends
 
 import multiact as ma
 from multiact import consistency as C
 from multiact import dtypes as D
 from multiact import registry
-
-from conftest import FULL, host_backends
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 BF = np.dtype(ml_dtypes.bfloat16)
