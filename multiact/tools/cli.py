@@ -63,7 +63,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--backend", action="append", type=_csv, metavar="B[,B]",
                        help="backends (default: all available)")
     check.add_argument("--op", action="append", type=_csv, metavar="OP[,OP]", help="ops (default: all)")
-    check.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]", help="float16, float32, float64")
+    check.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]",
+                       help="float16, float32, float64; bfloat16: every one of its 65,536 inputs for every op, "
+                       "case and direction on the host backends that claim it")
     check.add_argument("--json", metavar="FILE", help="write the full report as JSON to FILE ('-': stdout)")
     check.add_argument("--full", action="store_true", help="one table row per op, case, direction and dtype")
     check.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -146,11 +148,70 @@ def cmd_check(args: argparse.Namespace) -> int:
         from . import accuracy
 
         return accuracy.command(args, progress=bar)
-    report = selfcheck.run(_many(args.backend), _many(args.op), _many(args.dtype), progress=bar)
+    dtypes = _many(args.dtype)
+    code, data = 0, {}
+    if dtypes and "bfloat16" in dtypes:
+        bf = selfcheck.run_bf16(_many(args.backend), _many(args.op), progress=bar)
+        print(render_bf16(bf, full=args.full), file=stream)
+        code, data["bfloat16"] = (0 if bf["passed"] else 1), bf
+        dtypes = [d for d in dtypes if d != "bfloat16"]
+        if not dtypes:
+            if args.json:
+                _write_json(args.json, data["bfloat16"])
+            return code
+    report = selfcheck.run(_many(args.backend), _many(args.op), dtypes, progress=bar)
     print(render_check(report, full=args.full), file=stream)
     if args.json:
-        _write_json(args.json, selfcheck.as_json(report))
-    return 0 if report["passed"] else 1
+        _write_json(args.json, {**selfcheck.as_json(report), **data})
+    return code or (0 if report["passed"] else 1)
+
+
+def render_bf16(report: dict[str, Any], full: bool = False) -> str:
+    """The exhaustive bfloat16 check: per backend and op, the cases run, the results one ulp from the correctly
+    rounded reference (the worst case's share against the op's allowance), and failures in detail."""
+    lines = [f"{name}: skipped ({why})" for name, why in report["skipped_backends"].items()]
+    rows = report["rows"]
+    if not report["backends"]:
+        return "\n".join([*lines, "no host backend to check"])
+    out: list[list[Any]] = []
+    if full:
+        for r in rows:
+            share = 100 * r["one_ulp"] / r["n"] if r["n"] else None
+            out.append([r["backend"], f"{r['op']}[{r['case']}]", r["direction"], r["n"] or "-", r["one_ulp"],
+                        fmt(share, 2), fmt(100 * r["allowed"], 2), r["n_bad"], _status_text(r["status"])])
+        head = ["backend", "op", "direction", "inputs", "1 ulp", "1 ulp %", "allowed %", "bad", "result"]
+        lines.append(table(out, head, "llllrrrrl"))
+    else:
+        groups: dict[tuple[str, str], list] = {}
+        for r in rows:
+            groups.setdefault((r["backend"], r["op"]), []).append(r)
+        for (backend, op), rs in groups.items():
+            run = [r for r in rs if r["status"] != "unsupported"]
+            worst = max((100 * r["one_ulp"] / r["n"] for r in run if r["n"]), default=None)
+            bad = [r for r in rs if r["status"] in ("FAIL", "error")]
+            status = f"FAIL ({len(bad)})" if bad else ("ok" if run else "unsupported")
+            out.append([backend, op, f"{len(run)}/{len(rs)}", sum(r["n"] for r in run), sum(r["one_ulp"] for r in run),
+                        fmt(worst, 2), fmt(100 * rs[0]["allowed"], 2), status])
+        lines.append(table(out, ["backend", "op", "cases run", "results", "1 ulp", "worst case %", "allowed %",
+                                 "result"], "lllrrrrl"))
+        lines.append("1 ulp: finite results one bfloat16 ulp from the float64 reference rounded once (every other "
+                     "result equal to it, NaN where it is NaN, the limits at +-inf exact); per case: --full.")
+    failed = [r for r in rows if r["status"] in ("FAIL", "error")]
+    if failed:
+        lines += ["", f"{len(failed)} failure(s):"]
+        for r in failed:
+            lines.append(f"- {r['backend']} {r['op']}[{r['case']}] {r['direction']}: {r['error'] or ''}"
+                         f"{r['n_bad']} bad, {r['one_ulp']} of {r['n']} one ulp off")
+            lines += [f"    {b}" for b in r["bad"][:4]]
+    n = {s: sum(r["status"] == s for r in rows) for s in ("pass", "FAIL", "error", "unsupported")}
+    lines += ["", f"bfloat16 {'PASSED' if report['passed'] else 'FAILED'}: {n['pass']} passed, {n['FAIL']} failed, "
+                  f"{n['error']} errors, {n['unsupported']} unsupported (registry falls through) on "
+                  f"{', '.join(report['backends'])}"]
+    return "\n".join(lines)
+
+
+def _status_text(status: str) -> str:
+    return {"pass": "ok"}.get(status, status)
 
 
 def render_check(report: dict[str, Any], full: bool = False) -> str:

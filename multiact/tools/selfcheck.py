@@ -345,3 +345,42 @@ def as_json(report: dict[str, Any]) -> dict[str, Any]:
         "failures": failed,
         "rows": rows,
     }
+
+
+# ---- bfloat16: every one of the 65,536 inputs ---------------------------------------------------------
+
+
+def run_bf16(backends: Sequence[str] | None = None, ops: Sequence[str] | None = None,
+             progress: Callable | None = None, sample: np.ndarray | None = None) -> dict[str, Any]:
+    """The exhaustive bfloat16 check (`consistency.run_bf16_case`) on the host backends that claim bfloat16:
+    {"rows": [dict], "backends": [...], "skipped_backends": {...}, "passed": bool}.  A backend that claims no
+    bfloat16 kernel for a case is "unsupported" there (the registry falls through to the next one)."""
+    for op in ops or ():
+        if op not in OPS:
+            raise ValueError(f"unknown op {op!r}; valid ops: {', '.join(OPS)}")
+    chosen, skipped = choose_backends(backends)
+    host = [b for b, kind in chosen if kind == "numpy"]
+    for b, kind in chosen:
+        if kind != "numpy":
+            skipped[b] = f"the bfloat16 check runs on host backends; {b} runs on {kind} arrays"
+    cases = [c for c in C.bf16_cases() if not ops or c[0] in ops]
+    rows: list[dict[str, Any]] = []
+    refs: dict = {}
+    items = progress(cases, len(cases)) if progress else cases
+    for op, params, direction in items:
+        for b in host:
+            row = {"backend": b, "op": op, "case": C.case_id(params), "direction": direction, "n": 0,
+                   "one_ulp": 0, "n_bad": 0, "allowed": OPS[op].tol.bf16_one_ulp, "status": "unsupported",
+                   "bad": [], "error": ""}
+            rows.append(row)
+            if not registry.module(b).supports(C.bf16_key(op, params), direction, "bfloat16"):
+                continue
+            try:
+                v = C.run_bf16_case(b, op, params, direction, x=sample, cache=refs)
+            except Exception as e:
+                row.update(status="error", error=f"{type(e).__name__}: {e}")
+                continue
+            row.update(n=v.n, one_ulp=v.one_ulp, n_bad=v.n_bad, status="pass" if v.passed else "FAIL",
+                       bad=[f"x={x!r}: got 0x{g:04x}, want 0x{w:04x}" for x, g, w in v.bad[:8]])
+    return {"rows": rows, "backends": host, "skipped_backends": skipped,
+            "passed": bool(host) and not any(r["status"] in ("FAIL", "error") for r in rows)}
