@@ -90,7 +90,8 @@ def _parser() -> argparse.ArgumentParser:
                        "multiact.torch.<op> on CPU tensors against torch's own functions, forward and "
                        "forward_backward (autograd)")
     bench.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]",
-                       help="float16, float32, float64; with --framework torch also bfloat16 (default float32)")
+                       help="float16, bfloat16 (NumPy's via ml_dtypes, torch's with --framework torch), float32, "
+                       "float64 (default float32)")
     bench.add_argument("--size", action="append", type=_csv, metavar="N[,N]", help="elements; K=1024, M=1024^2 "
                        "(default 1K,64K,1M,16M)")
     bench.add_argument("--threads", action="append", type=_csv, metavar="T[,T]",
@@ -347,8 +348,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError(f"--framework torch needs torch: {peers.available('torch')[1]}")
     else:
         for dt in dtypes:
-            if dt not in ("float16", "float32", "float64"):
-                raise ValueError(f"unknown dtype {dt!r}; valid dtypes: float16, float32, float64")
+            if dt not in ("float16", "bfloat16", "float32", "float64"):
+                raise ValueError(f"unknown dtype {dt!r}; valid dtypes: float16, bfloat16, float32, float64")
+            if dt == "bfloat16":
+                from .. import dtypes as _dtypes
+
+                _dtypes.bfloat16  # noqa: B018 - imports ml_dtypes (np.dtype("bfloat16") needs it), or says how
         for d in directions:
             if d not in bench.DIRECTIONS:
                 raise ValueError(f"unknown direction {d!r}; valid: {', '.join(bench.DIRECTIONS)}")

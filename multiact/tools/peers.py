@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _arrays
 from ..optable import OPS, REQUIRED
 
 PEERS = ("torch", "onnxruntime", "numpy")
@@ -216,7 +217,7 @@ def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
     if direction == "forward_backward":
         return _torch_autograd(torch, entry["fwd"][0], arrays, out.dtype, f"{op} {direction}")
     pair = entry.get({"forward": "fwd", "backward": "bwd", "backward_y": "bwd_y"}[direction])
-    ts = [torch.from_numpy(a) for a in arrays]
+    ts = [_tensor(torch, a) for a in arrays]
     note = ""
     if pair is None and direction == "backward" and "bwd_y" in entry:
         pair = entry["bwd_y"]  # torch has only the y-form: time it from y = op(x), as autograd does
@@ -225,7 +226,7 @@ def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
     if pair is None:
         return f"no peer: torch has no {op} {direction} kernel"
     alloc, into = pair
-    o = torch.from_numpy(out)
+    o = _tensor(torch, out)
     try:
         alloc(*ts)  # reject what this torch build cannot run in this dtype
         if into is not None:
@@ -253,8 +254,10 @@ def _torch_autograd(torch: Any, fwd: Callable, arrays: tuple[np.ndarray, ...], d
 
 
 def _tensor(torch: Any, a: Any) -> Any:
-    """A tensor on the array's memory (a tensor as it is)."""
-    return a if isinstance(a, torch.Tensor) else torch.from_numpy(a)
+    """A tensor on the array's memory (a tensor as it is; NumPy bfloat16 as a torch bfloat16 view)."""
+    if isinstance(a, torch.Tensor):
+        return a
+    return _arrays.bf16_tensor(a) if a.dtype.kind == "V" else torch.from_numpy(a)
 
 
 def torch_forward(op: str, params: dict[str, Any]) -> Callable | None:
@@ -513,6 +516,8 @@ def _ort(op, direction, params, arrays, out, threads) -> Bound | str:
         return f"no peer: ONNX has no {op} with these parameters"
     import onnxruntime as ort
 
+    if out.dtype.kind == "V":
+        return "no peer: onnxruntime's CPU provider has no bfloat16 arithmetic"
     try:
         sess = _ort_session(op, params, out.dtype, threads)
     except Exception as e:  # e.g. Celu has no float16 kernel
