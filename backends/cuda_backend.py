@@ -13,7 +13,15 @@ and inlined into each kernel, so `builds()` can hand every kernel to numba-cuda'
 driverless compiler (scripts/cuda_ptx_report.py, CI); under the simulator they run
 as plain Python on NumPy scalars.  float16 and float32 data
 are computed in float32 (a few ops in float64, see `formulas.WIDE`) and rounded
-once on store.  Contiguous operands run a
+once on store.  bfloat16 (the elementwise ops, forward, backward and y-forms) is
+staged through float32 on the device: one kernel widens each input's uint16 bits
+(<< 16) into a float32 buffer, the float32 kernel runs on the buffers, and one
+kernel stores with round-to-nearest-even in integer arithmetic, NaN kept quiet
+(`multiact.dtypes`' rule, the same bits as every backend).  numba-cuda 0.30 has
+`__nv_bfloat16` loads and stores (`numba.cuda.bf16`) on real GPUs of compute
+capability 8.0 and up, but its simulator has none (`numba.cuda.bf16.bfloat16` is
+None there), so the staging is what runs, and is tested, everywhere.  The gated,
+bias_act, prelu and parameter-gradient kernels do not claim bfloat16.  Contiguous operands run a
 1-D loop; any other layout (strided, transposed, negative strides, broadcast
 prelu weight) runs a loop over up to four coalesced dimensions that indexes a
 flat base array with element strides, so no operand is ever copied.
@@ -166,6 +174,9 @@ def info() -> dict[str, Any]:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
+    if dtype == "bfloat16":  # staged through float32 (module docstring): the elementwise kernels
+        return key in _KEYS and key != "prelu" and direction in ("forward", "backward", "backward_y") and \
+            _KEYS[key].has(direction)
     if dtype not in _DTYPES:
         return False
     if key in _FAMILY_KEYS:
@@ -603,7 +614,95 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         a, b = _F.scalar_params(key, p, dtype)
         _run(_F.formula_name(key, direction, p), compute, descs + [od], a, b)
 
+    if dtype == "bfloat16":
+        run = _bf16_staged(key, direction, names)
     run.__name__ = f"cuda_{key}_{direction}_{dtype}"
+    return run
+
+
+# ---- bfloat16: float32 staging on the device ------------------------------------------------------------------
+
+_WIDEN = "        dst[{d}] = uint32(src[{s}]) << uint32(16)\n"
+_NARROW = (
+    "        v = src[{s}]\n"
+    "        if (v & uint32(0x7FFFFFFF)) > uint32(0x7F800000):\n"
+    "            r = (v >> uint32(16)) | uint32(0x40)\n"
+    "        else:\n"
+    "            r = (v + uint32(0x7FFF) + ((v >> uint32(16)) & uint32(1))) >> uint32(16)\n"
+    "        dst[{d}] = uint16(r)\n"
+)
+
+
+def _bits_source(body: str, contiguous: bool) -> str:
+    """A grid-stride kernel src -> dst over bit patterns (the loops of `_kernel_source`)."""
+    if contiguous:
+        return ("def kern(src, dst):\n    start = cuda.grid(1)\n    step = cuda.gridsize(1)\n"
+                "    for i in range(start, dst.shape[0], step):\n" + body.format(s="i", d="i"))
+    at = "{o} + i0 * {s}[0] + i1 * {s}[1] + i2 * {s}[2] + i3 * {s}[3]"
+    return (
+        "def kern(src, os, ss, dst, od, sd, shp):\n"
+        "    n1 = shp[1]\n    n2 = shp[2]\n    n3 = shp[3]\n    n = shp[0] * n1 * n2 * n3\n"
+        "    start = cuda.grid(1)\n    step = cuda.gridsize(1)\n"
+        "    for i in range(start, n, step):\n"
+        "        i3 = i % n3\n        t = i // n3\n        i2 = t % n2\n        t = t // n2\n"
+        "        i1 = t % n1\n        i0 = t // n1\n"
+        + body.format(s=at.format(o="os", s="ss"), d=at.format(o="od", s="sd"))
+    )
+
+
+@cache
+def _bits_kernel(which: str, contiguous: bool) -> Any:
+    from numba import cuda, uint16, uint32
+
+    g = {"cuda": cuda, "uint16": uint16, "uint32": uint32}
+    src = _bits_source(_WIDEN if which == "widen" else _NARROW, contiguous)
+    exec(compile(src, f"<multiact cuda bf16 {which}>", "exec"), g)
+    return cuda.jit(g["kern"])
+
+
+def _as_bits(d: _Desc, typestr: str) -> _Desc:
+    """The same memory described as unsigned integers of the same size (bfloat16 as <u2, float32 as <u4)."""
+    return _Desc(d.obj, {**d.cai, "typestr": typestr})
+
+
+def _run_bits(which: str, src: _Desc, dst: _Desc) -> None:
+    n = math.prod(dst.shape)
+    if n == 0:
+        return
+    with _OnDevice(dst.obj), _quiet():
+        stream = _stream_for([src, dst])
+        plan = _Plan([src, dst], dst.shape, [src.strides, dst.strides])
+        grid, block = _grid(n)
+        if plan.contiguous:
+            _bits_kernel(which, True)[grid, block, stream](*plan.arrays)
+            return
+        k = _bits_kernel(which, False)
+        for offs in plan.launches():
+            k[_grid(math.prod(plan.shape4))[0], block, stream](
+                plan.bases[0], offs[0], plan.strides4[0], plan.bases[1], offs[1], plan.strides4[1], plan.shape4)
+
+
+def _bf16_staged(key: str, direction: str, names: tuple[str, ...]) -> Callable:
+    """The bfloat16 kernel: inputs widened into float32 device buffers, the float32 kernel, the result stored
+    rounded once into out's bits (out may be an input: every input is widened before out is written)."""
+    formula_compute = _compute(key, direction, "float32")
+    if formula_compute != "float32":  # a float64 formula would round twice on the way to bfloat16
+        raise NotImplementedError(f"cuda: {key} {direction} computes in {formula_compute}, not staged for bfloat16")
+
+    def run(*args: Any) -> None:
+        *arrays, out, p = args
+        descs = [_Desc(a) for a in arrays]
+        od = _Desc(out)
+        _check_out(key, od, dict(zip(names, descs, strict=True)))
+        if not math.prod(od.shape):
+            return
+        bufs = [_Desc(_empty(out, od.shape, np.float32)) for _ in range(len(descs) + 1)]
+        for d, b in zip(descs, bufs, strict=False):
+            _run_bits("widen", _as_bits(d, "<u2"), _as_bits(b, "<u4"))
+        a, b = _F.scalar_params(key, p, "bfloat16")
+        _run(_F.formula_name(key, direction, p), "float32", bufs, a, b)
+        _run_bits("narrow", _as_bits(bufs[-1], "<u4"), _as_bits(od, "<u2"))
+
     return run
 
 

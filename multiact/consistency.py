@@ -872,10 +872,15 @@ def bf16_key(op: str, params: dict[str, Any]) -> str:
 
 
 def run_bf16_case(backend: str | None, op: str, params: dict[str, Any], direction: str,
-                  x: np.ndarray | None = None, cache: dict | None = None) -> Bf16Verdict:
+                  x: np.ndarray | None = None, cache: dict | None = None, to_kind: Any = None,
+                  from_kind: Any = None) -> Bf16Verdict:
     """One exhaustive case (x: every bfloat16 pattern unless a sample is given); `cache` keeps the float64
-    references between backends (they do not depend on the backend)."""
+    references between backends (they do not depend on the backend); to_kind/from_kind move the NumPy
+    inputs to the backend's array kind and its results back (as for `run_case`)."""
     import multiact as ma
+
+    to = to_kind or (lambda a: a)
+    back = from_kind or (lambda a: a)
 
     spec = OPS[op]
     x = bf16_all() if x is None else x
@@ -898,18 +903,19 @@ def run_bf16_case(backend: str | None, op: str, params: dict[str, Any], directio
             y = _dtypes.from_float64(reference(spec, "forward", ref_params, np.float32, x32))
             y32 = _dtypes.to_float32(y)
             ref = hit if hit is not None else reference(spec, "backward_y", ref_params, np.float32, dy32, y32)
-            got = ma.backward(op, dy_in, y=y, backend=backend, **call)
+            got = back(ma.backward(op, to(dy_in), y=to(y), backend=backend, **call))
             x_judged, zero_in = y32, (y32 == 0) | (dy32 == 0)
         elif direction == "param_grad":
             ref = hit if hit is not None else np.asarray(
                 reference(spec, "param_grad", ref_params, np.float32, dy32, x32), dtype=np.float64)
-            got = np.asarray(ma.param_grad(op, spec.param_grad[0], dy_in, x_in, backend=backend, **call))
+            got = np.asarray(back(ma.param_grad(op, spec.param_grad[0], to(dy_in), to(x_in), backend=backend,
+                                                **call)))
             x_judged, zero_in = np.zeros(ref.shape), np.zeros(ref.shape, bool)
         else:
             args = (x32,) if direction == "forward" else (dy32, x32)
             ref = hit if hit is not None else reference(spec, direction, ref_params, np.float32, *args)
-            got = (ma.forward(op, x_in, backend=backend, **call) if direction == "forward"
-                   else ma.backward(op, dy_in, x_in, backend=backend, **call))
+            got = back(ma.forward(op, to(x_in), backend=backend, **call) if direction == "forward"
+                       else ma.backward(op, to(dy_in), to(x_in), backend=backend, **call))
             x_judged = x32
             zero_in = (x32 == 0) if direction == "forward" else (x32 == 0) | (dy32 == 0)
     if cache is not None:
