@@ -6,6 +6,11 @@ from native/kernels.py), so this module never guesses a symbol.  Calls release t
 contiguous calls are split over a pthread pool (multiact.get_num_threads()); inputs that are
 not contiguous in the same order as `out` are streamed through cache-sized blocks, so an
 in-place call never allocates a result-sized temporary.
+
+dtypes: float32, float16 and bfloat16 (ml_dtypes' NumPy dtype; its bits go to C as uint16): the half
+types are widened into float32 in registers, computed by the float32 bodies and rounded once to nearest
+even on the store (bfloat16: multiact.dtypes' rule, the same bits on every ISA).  float64 falls through
+to the next backend.
 """
 
 from __future__ import annotations
@@ -23,8 +28,8 @@ KINDS = ("numpy",)
 ISA_ENV = "MULTIACT_NATIVE_ISA"
 _PREFERENCE = ("avx2", "neon", "scalar")  # best first
 _BLOCK = 1 << 14
-_ELSIZE = {"float32": 4, "float16": 2}
-_CTYPE = {"float32": "float[]", "float16": "uint16_t[]"}
+_ELSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+_CTYPE = {"float32": "float[]", "float16": "uint16_t[]", "bfloat16": "uint16_t[]"}
 
 _state: dict[str, Any] = {}
 

@@ -5,7 +5,8 @@ standard library, so the cffi builder can run before multiact or NumPy exist).  
 (which generates the C X-macro list and the cdef), by the `native` backend (the table is embedded in
 the extension) and by the tests (which run every row).
 
-C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sigmoid_grad_y__neon`.
+C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sigmoid_grad_y__neon`,
+`ma_bf16_silu__scalar`.
 An op's elementwise kernels are its kernel keys (forward), `<key>_grad` or the op's shared backward
 kernel, and `<key>_grad_y` for a backward of its own from the output; an op with an array parameter
 (prelu) and the parameter gradients have signatures of their own.
@@ -25,7 +26,8 @@ import re
 import sys
 from typing import NamedTuple
 
-DTYPES = {"float32": "f32", "float16": "f16"}
+# Storage dtypes: float16 and bfloat16 are loaded into float32, computed there and rounded once on the store.
+DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 ISAS_BY_ARCH = {"x86_64": ("scalar", "avx2"), "aarch64": ("scalar", "neon")}
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
@@ -70,7 +72,7 @@ class Kernel(NamedTuple):
     op: str  # public op name
     key: str  # kernel key (the op's name, or its variant's: gelu_tanh)
     direction: str  # forward | backward | backward_y | param_grad
-    dtype: str  # float32 | float16
+    dtype: str  # float32 | float16 | bfloat16
     isa: str
     cname: str
     symbol: str
@@ -227,10 +229,32 @@ def _parts(entries: list[tuple[str, int]]) -> list[str]:
     return [f"    MA_P{part[text]}({text})" for text, _ in entries]
 
 
-def x_macro_header() -> str:
+def bf16_representatives() -> frozenset[str]:
+    """One C kernel (a composite's by its forward name) per list and kinds of its bodies: the bfloat16 kernels
+    the C harness builds by default.  Their bfloat16 code is the same macro text for every kernel of a list
+    (ma_kernels.inc: LD_bf16 / ST_bf16 / ST2_bf16 / SS_bf16 around the float32 body), and each is checked bit
+    for bit against its float32 kernel, whose body the harness checks for every kernel; so one kernel per
+    (list, split or plain bodies) covers every bfloat16-specific path of an ISA (steps, single vectors, tails,
+    heads, streaming, pairs).  tests/test_native_bf16.py runs every bfloat16 kernel the same way on the
+    host's ISAs; scripts/test_neon_qemu.sh builds them all (HARNESS_BF16=all)."""
+    split = split_kernels()
+    pick: dict[tuple, str] = {}
+    for n in UNARY:
+        pick.setdefault(("unary", n in split), n)
+    for n in BINARY:
+        pick.setdefault(("binary", n in split), n)
+    for f, _, af, ab in family_bodies():
+        pick.setdefault(("gated", af in split, ab in split), f)
+    for f, _, af, ab in bias_bodies():
+        pick.setdefault(("bias_act", af in split, ab in split), f)
+    return frozenset(pick.values())
+
+
+def x_macro_header(bf16: frozenset[str] | None = None) -> str:
     """ma_kernel_list.h: the elementwise kernels for the C side, MA_UNARY(name, kind) /
     MA_BINARY(name, kind) with kind `split` (has a fast path) or `plain`, and the gated kernels, each in
-    the part (MA_P<i>) of the translation unit that compiles it."""
+    the part (MA_P<i>) of the translation unit that compiles it; the *_BF16 lists: those whose bfloat16
+    kernels are built, every one (bf16=None, the extension) or the C names in bf16 (the C harness)."""
     split = split_kernels()
     unknown = split - set(UNARY) - set(BINARY)
     if unknown:
@@ -249,6 +273,15 @@ def x_macro_header() -> str:
     body = " \\\n".join(wrapped[:len(entries)])
     gbody = " \\\n".join(wrapped[len(entries):len(entries) + len(gated)])
     bbody = " \\\n".join(wrapped[len(entries) + len(gated):])
+
+    def bf16_list(name: str, items: list[str]) -> str:
+        if bf16 is None:
+            return f"#define {name}_BF16 {name}\n"
+        kept = [w for w in items if re.search(r"\(MA_[A-Z]+\((\w+),", w).group(1) in bf16]
+        return f"#define {name}_BF16 \\\n" + " \\\n".join(kept) + "\n"
+    n_e, n_g = len(entries), len(entries) + len(gated)
+    lists_bf16 = (bf16_list("MA_KERNEL_LIST", wrapped[:n_e]) + bf16_list("MA_GATED_LIST", wrapped[n_e:n_g])
+                  + bf16_list("MA_BIAS_LIST", wrapped[n_g:]))
     return (f"/* Generated from native/kernels.py; do not edit. */\n{guards}"
             "/* The prelu and swish-beta kernels (not in the lists) go with part 0. */\n"
             "#if !defined(MA_PART) || MA_PART == 0\n#define MA_PART_FIRST 1\n#else\n#define MA_PART_FIRST 0\n#endif\n"
@@ -258,7 +291,9 @@ def x_macro_header() -> str:
             f"#define MA_GATED_LIST \\\n{gbody}\n"
             "/* MA_BIAS(forward name, backward name, activation forward body, activation backward body,\n"
             " * their kinds) */\n"
-            f"#define MA_BIAS_LIST \\\n{bbody}\n")
+            f"#define MA_BIAS_LIST \\\n{bbody}\n"
+            "/* The kernels whose bfloat16 versions are built (the extension: all) */\n"
+            f"{lists_bf16}")
 
 
 _SIGS = {

@@ -1,5 +1,6 @@
-/* IEEE binary16 <-> binary32 in portable C (round to nearest even, subnormals, inf, NaN kept).
- * Used by the scalar path and by tails; SIMD paths use F16C / vcvt. */
+/* IEEE binary16 <-> binary32 and bfloat16 <-> binary32 in portable C (round to nearest even,
+ * subnormals, inf, NaN kept).  Used by the scalar path and by tails; SIMD paths use F16C / vcvt for
+ * half and the same integer sequence as ma_f2bf for bfloat16 (ma_simd.h). */
 #ifndef MA_HALF_H
 #define MA_HALF_H
 
@@ -40,6 +41,25 @@ static inline uint16_t ma_f2h(float f) {
     }
     x += 0xc8000fffu + ((x >> 13) & 1u); /* rebias exponent by -112, round mantissa to even */
     return (uint16_t)(s | (x >> 13));
+}
+
+/* bfloat16 is the high half of a binary32: widening is a shift (exact, subnormals included). */
+static inline float ma_bf2f(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* binary32 -> bfloat16, rounded once to nearest even on the bits: add 0x7fff plus the lowest kept bit,
+ * keep the high half (a carry into the exponent is the right rounding: from 0x7f7f8000, the tie above
+ * the largest finite bfloat16, up rounds to inf; subnormals round like normals).  NaN stays NaN: quiet (bit 6 set), sign and top payload kept, as
+ * float16's rule (ma_f2h) and AVX512_BF16's vcvtneps2bf16.  No FPU mode (FTZ/DAZ, rounding) applies. */
+static inline uint16_t ma_f2bf(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 #endif

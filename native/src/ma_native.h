@@ -69,5 +69,8 @@ void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, 
                    float a, float b, float c, float d, int nthreads);
 void ma_f16_to_f32(const uint16_t *h, float *f, size_t n);
 void ma_f32_to_f16(const float *f, uint16_t *h, size_t n);
+/* bfloat16: the scalar rule every ISA's kernels follow (ma_half.h: shift up; round to nearest even) */
+void ma_bf16_to_f32(const uint16_t *h, float *f, size_t n);
+void ma_f32_to_bf16(const float *f, uint16_t *h, size_t n);
 
 #endif

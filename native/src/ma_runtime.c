@@ -1,4 +1,5 @@
-/* Runtime pieces shared by every ISA: CPU feature tests, the threaded drivers, half conversion. */
+/* Runtime pieces shared by every ISA: CPU feature tests, the threaded drivers, half and bfloat16
+ * conversions. */
 #include <stdint.h>
 #include <string.h>
 
@@ -135,4 +136,12 @@ void ma_f16_to_f32(const uint16_t *h, float *f, size_t n) {
 
 void ma_f32_to_f16(const float *f, uint16_t *h, size_t n) {
     for (size_t i = 0; i < n; i++) h[i] = ma_f2h(f[i]);
+}
+
+void ma_bf16_to_f32(const uint16_t *h, float *f, size_t n) {
+    for (size_t i = 0; i < n; i++) f[i] = ma_bf2f(h[i]);
+}
+
+void ma_f32_to_bf16(const float *f, uint16_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++) h[i] = ma_f2bf(f[i]);
 }

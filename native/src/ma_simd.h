@@ -5,6 +5,10 @@
  * including this file.  GCC vector extensions give +,-,*,/, comparisons (lanes of 0 / -1) and
  * bit casts for free; only loads, stores, FMA, blend, min/max and half conversions need intrinsics.
  *   V  float lanes, VI uint32 lanes (bit patterns), VM comparison masks; VALL(m): every lane of m set.
+ * Loads and stores per storage type: VLOAD / VSTORE float32, VLOAD_H / VSTORE_H float16 (F16C, vcvt),
+ * VLOAD_B / VSTORE_B bfloat16 (a shift into the high half; ma_bf_hi's integer rounding, the same bits
+ * on every ISA as ma_half.h's ma_f2bf), each with pair (VLOAD2*, VSTORE2*) and, where the ISA has
+ * them, streaming (VSTREAM*) forms.
  */
 #ifndef MA_SIMD_H
 #define MA_SIMD_H
@@ -30,6 +34,8 @@ typedef int VM;
 #define VSTORE(p, v) (*(p) = (v))
 #define VLOAD_H(p) ma_h2f(*(p))
 #define VSTORE_H(p, v) (*(p) = ma_f2h(v))
+#define VLOAD_B(p) ma_bf2f(*(p))
+#define VSTORE_B(p, v) (*(p) = ma_f2bf(v))
 /* No FMA in the portable path: every algorithm here is exact enough without one. */
 #define VFMA(a, b, c) ((a) * (b) + (c))
 #define VSEL(m, a, b) ((m) ? (a) : (b))
@@ -49,6 +55,8 @@ typedef double VD;
 #define VLOAD2_H(p, ev, od) (*(ev) = ma_h2f((p)[0]), *(od) = ma_h2f((p)[1]))
 #define VSTORE2(p, ev, od) ((p)[0] = (ev), (p)[1] = (od))
 #define VSTORE2_H(p, ev, od) ((p)[0] = ma_f2h(ev), (p)[1] = ma_f2h(od))
+#define VLOAD2_B(p, ev, od) (*(ev) = ma_bf2f((p)[0]), *(od) = ma_bf2f((p)[1]))
+#define VSTORE2_B(p, ev, od) ((p)[0] = ma_f2bf(ev), (p)[1] = ma_f2bf(od))
 
 #elif defined(MA_ISA_AVX2)
 
@@ -64,6 +72,15 @@ typedef int32_t VM __attribute__((vector_size(32)));
 #define VSTORE(p, v) _mm256_storeu_ps((p), (__m256)(v))
 #define VLOAD_H(p) ((V)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
 #define VSTORE_H(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
+/* bfloat16: 8 halves zero-extended and shifted up; stores keep the high halves of ma_bf_hi (vpshufb picks
+ * bytes 2-3 of each lane, vpermq joins the two 128-bit lanes) */
+#define VLOAD_B(p) ((V)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
+#define MA_BF_NARROW(t)                                                                                  \
+    _mm256_castsi256_si128(_mm256_permute4x64_epi64(                                                     \
+        _mm256_shuffle_epi8((__m256i)(t), _mm256_setr_epi8(2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, -1, -1, \
+                                                           -1, -1, 2, 3, 6, 7, 10, 11, 14, 15, -1, -1, -1, -1, \
+                                                           -1, -1, -1, -1)), 0x08))
+#define VSTORE_B(p, v) _mm_storeu_si128((__m128i *)(p), MA_BF_NARROW(ma_bf_hi(v)))
 #define VFMA(a, b, c) ((V)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
 #define VSEL(m, a, b) ((V)_mm256_blendv_ps((__m256)(b), (__m256)(a), (__m256)(m)))
 /* maxps / minps are exactly a > b ? a : b and a < b ? a : b (NaN and -0 included): one op, not two */
@@ -73,6 +90,7 @@ typedef int32_t VM __attribute__((vector_size(32)));
 #define MA_HAVE_STREAM 1
 #define VSTREAM(p, v) _mm256_stream_ps((p), (__m256)(v))
 #define VSTREAM_H(p, v) _mm_stream_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
+#define VSTREAM_B(p, v) _mm_stream_si128((__m128i *)(p), MA_BF_NARROW(ma_bf_hi(v)))
 #define MA_STREAM_FENCE() _mm_sfence()
 #define VALL(m) (_mm256_movemask_ps((__m256)(m)) == 0xff)
 typedef double VD __attribute__((vector_size(64)));
@@ -108,6 +126,14 @@ static inline __attribute__((always_inline)) void ma_inter(V ev, V od, __m256 *a
         _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph(a2_, _MM_FROUND_TO_NEAREST_INT));            \
         _mm_storeu_si128((__m128i *)((p) + 8), _mm256_cvtps_ph(b2_, _MM_FROUND_TO_NEAREST_INT));      \
     } while (0)
+#define VLOAD2_B(p, ev, od) ma_deint((__m256)VLOAD_B(p), (__m256)VLOAD_B((p) + 8), (ev), (od))
+#define VSTORE2_B(p, ev, od)                                                  \
+    do {                                                                      \
+        __m256 a2_, b2_;                                                      \
+        ma_inter((ev), (od), &a2_, &b2_);                                     \
+        VSTORE_B((p), (V)a2_);                                                \
+        VSTORE_B((p) + 8, (V)b2_);                                            \
+    } while (0)
 
 #elif defined(MA_ISA_NEON)
 
@@ -122,6 +148,10 @@ typedef int32_t VM __attribute__((vector_size(16)));
 #define VSTORE(p, v) vst1q_f32((p), (float32x4_t)(v))
 #define VLOAD_H(p) ((V)vcvt_f32_f16(vld1_f16((const __fp16 *)(p))))
 #define VSTORE_H(p, v) vst1_f16((__fp16 *)(p), vcvt_f16_f32((float32x4_t)(v)))
+/* bfloat16: widen by a long shift; store the high halves of ma_bf_hi (a narrowing shift) */
+#define VLOAD_B(p) ((V)vshll_n_u16(vld1_u16(p), 16))
+#define MA_BF_NARROW(t) vshrn_n_u32((uint32x4_t)(t), 16)
+#define VSTORE_B(p, v) vst1_u16((p), MA_BF_NARROW(ma_bf_hi(v)))
 #define VFMA(a, b, c) ((V)vfmaq_f32((float32x4_t)(c), (float32x4_t)(a), (float32x4_t)(b)))
 #define VSEL(m, a, b) ((V)vbslq_f32((uint32x4_t)(m), (float32x4_t)(a), (float32x4_t)(b)))
 #define VALL(m) (vminvq_u32((uint32x4_t)(m)) != 0)
@@ -149,6 +179,16 @@ typedef double VD __attribute__((vector_size(32)));
         float16x4x2_t t2_ = {{vcvt_f16_f32((float32x4_t)(ev)), vcvt_f16_f32((float32x4_t)(od))}}; \
         vst2_f16((__fp16 *)(p), t2_);                                                             \
     } while (0)
+#define VLOAD2_B(p, ev, od)                                                           \
+    do {                                                                              \
+        uint16x4x2_t t2_ = vld2_u16(p);                                               \
+        *(ev) = (V)vshll_n_u16(t2_.val[0], 16), *(od) = (V)vshll_n_u16(t2_.val[1], 16); \
+    } while (0)
+#define VSTORE2_B(p, ev, od)                                                                      \
+    do {                                                                                          \
+        uint16x4x2_t t2_ = {{MA_BF_NARROW(ma_bf_hi(ev)), MA_BF_NARROW(ma_bf_hi(od))}};           \
+        vst2_u16((p), t2_);                                                                       \
+    } while (0)
 
 #else
 #error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON"
@@ -169,6 +209,19 @@ typedef double VD __attribute__((vector_size(32)));
 #define v_as_i(v) ((VI)(v))
 #define i_as_v(i) ((V)(i))
 #define vi_sar1(i) ((VI)(((VM)(i)) >> 1))
+
+/* float32 -> bfloat16 rounded to nearest even, in the high half of each lane (the ISA's MA_BF_NARROW
+ * keeps those): ma_f2bf's sequence on vectors, integer operations only, so that no FPU mode applies and
+ * every ISA gives its bits.  A NaN lane is the NaN with its quiet bit set (sign and payload kept).
+ * Hook for AVX512_BF16: an ISA whose vcvtneps2bf16 replaces this must still give these bits; that
+ * instruction treats subnormal inputs as zero and flushes subnormal results whatever MXCSR says, so
+ * lanes below 2^-126 in magnitude need this sequence's result (tests: the C harness compares every
+ * bfloat16 kernel with its float32 kernel rounded by ma_f2bf, bit for bit). */
+static inline __attribute__((always_inline)) VI ma_bf_hi(V v) {
+    VI x = v_as_i(v);
+    VI r = x + 0x7fffu + ((x >> 16) & 1u), q = x | 0x00400000u;
+    return v_as_i(VSEL(v != v, i_as_v(q), i_as_v(r)));
+}
 #endif
 
 #define MA_CAT_(a, b) a##b

@@ -7,6 +7,8 @@
  * + atol * eps * scale (scale |x| forward, |dy| backward, |dy y| backward_y), with ulp and atol
  * twice the op's bound (each path is within one bound of the reference), results below the
  * smallest normal allowed an error of that size; NaN must match NaN and inf must match inf.
+ * bfloat16 kernels besides, on both paths: bit for bit their float32 twin (same ISA) on the widened inputs,
+ * rounded by ma_half.h's ma_f2bf (NaN payloads included), which checks the vector loads and stores.
  * The thread pool: helpers compute in the caller's flush-to-zero mode. */
 #include <math.h>
 #include <stdio.h>
@@ -20,21 +22,25 @@
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
+enum { DT_F32, DT_F16, DT_BF16 };
 typedef struct {
     const char *name;
     int sig;     /* 0 unary, 1 binary */
-    int f16;
+    int dt;      /* DT_* */
     int dir;     /* 0 forward, 1 backward, 2 backward_y */
     void *fn, *ref, *fwd_ref;
+    void *fn32, *ref32; /* bfloat16: the float32 kernels of the same name (ISA, scalar); else NULL */
     float params[4];
     float ulp, atol;
 } hk_t;
 
-/* A gated kernel pair (forward, backward) of one ISA and its scalar twins. */
+/* A gated kernel pair (forward, backward) of one ISA and its scalar twins (and, for bfloat16, the float32
+ * pairs of the ISA and scalar). */
 typedef struct {
     const char *name;
-    int f16;
+    int dt;
     void *fwd, *bwd, *rfwd, *rbwd;
+    void *fwd32, *bwd32, *rfwd32, *rbwd32;
     float params[4];
     float ulp, atol_f, atol_b;
 } hg_t;
@@ -51,6 +57,23 @@ typedef void (*bin_f16)(const uint16_t *, const uint16_t *, uint16_t *, size_t, 
 
 #define N 1400
 static float X[N], DY[N];
+
+/* storage <-> float for the half types; q(): a float rounded to the storage type */
+static uint16_t enc(int dt, float v) { return dt == DT_BF16 ? ma_f2bf(v) : ma_f2h(v); }
+static float dec(int dt, uint16_t h) { return dt == DT_BF16 ? ma_bf2f(h) : ma_h2f(h); }
+static float q(int dt, float v) { return dt == DT_F32 ? v : dec(dt, enc(dt, v)); }
+static uint16_t bfbits(float v) { /* a decoded bfloat16's stored bits */
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    return (uint16_t)(u >> 16);
+}
+/* a bfloat16 kernel's result (decoded) against its float32 twin's: the same bits, or both NaN with the result
+ * quiet (which NaN a body makes from two NaN operands follows the operand order the compiler chose for that
+ * kernel: x86 keeps the first); tests/test_native_bf16.py checks the store's NaN bits on a single-operand path */
+static int bf_differs(float got, float want32) {
+    uint16_t g = bfbits(got), w = ma_f2bf(want32);
+    return g != w && !((g & 0x7fff) > 0x7f80 && (g & 0x40) && isnan(want32));
+}
 
 static uint64_t rng_state = 88172645463325252ull;
 static double urand(void) {
@@ -84,39 +107,69 @@ static float spacing16(float v) {
     frexpf(v, &e);
     return ldexpf(1.0f, e - 11);
 }
+static float spacingbf(float v) {
+    v = fabsf(v);
+    if (v < 0x1p-126f) return 0x1p-133f;
+    int e;
+    frexpf(v, &e);
+    return ldexpf(1.0f, e - 8);
+}
+/* spacing, epsilon and smallest normal of a dtype */
+static float spacing_dt(int dt, float v) { return dt == DT_F32 ? spacing32(v) : dt == DT_F16 ? spacing16(v) : spacingbf(v); }
+static float eps_dt(int dt) { return dt == DT_F32 ? 0x1p-23f : dt == DT_F16 ? 0x1p-10f : 0x1p-7f; }
+static float tiny_dt(int dt) { return dt == DT_F16 ? 0x1p-14f : 1.17549435e-38f; }
 
 static int close_enough(const hk_t *k, float got, float want, float x, float dy) {
     if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
     if (isinf(want) || isinf(got)) return got == want;
-    float eps = k->f16 ? 0x1p-10f : 0x1p-23f, tiny = k->f16 ? 0x1p-14f : 1.17549435e-38f;
+    float eps = eps_dt(k->dt), tiny = tiny_dt(k->dt);
     float scale = k->dir == 0 ? fabsf(x) : k->dir == 1 ? fabsf(dy) : fabsf(dy * x);
     if (!isfinite(scale)) scale = 0.0f;
-    double bound = (double)k->ulp * (k->f16 ? spacing16(want) : spacing32(want)) + (double)k->atol * eps * scale;
+    double bound = (double)k->ulp * spacing_dt(k->dt, want) + (double)k->atol * eps * scale;
     if (fabsf(want) < tiny && bound < tiny) bound = tiny;
     return fabs((double)got - (double)want) <= bound;
 }
 
-/* Run kernel fn on n elements; inputs are X (or y) and DY, outputs as float. */
-static void run(const hk_t *k, void *fn, const float *x, size_t n, float *out) {
+/* Run kernel fn (of dtype dt) on n elements; inputs are x (X or y) and dy, outputs as float. */
+static void run_dt(const hk_t *k, int dt, void *fn, const float *x, const float *dy, size_t n, float *out) {
     ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3]};
-    if (!k->f16) {
+    if (dt == DT_F32) {
         if (k->sig == 0) ((un_f32)fn)(x, out, n, &p);
-        else ((bin_f32)fn)(DY, x, out, n, &p);
+        else ((bin_f32)fn)(dy, x, out, n, &p);
         return;
     }
     static uint16_t hx[N], hd[N], ho[N];
-    for (size_t i = 0; i < n; i++) hx[i] = ma_f2h(x[i]), hd[i] = ma_f2h(DY[i]);
+    for (size_t i = 0; i < n; i++) hx[i] = enc(dt, x[i]), hd[i] = enc(dt, dy[i]);
     if (k->sig == 0) ((un_f16)fn)(hx, ho, n, &p);
     else ((bin_f16)fn)(hd, hx, ho, n, &p);
-    for (size_t i = 0; i < n; i++) out[i] = ma_h2f(ho[i]);
+    for (size_t i = 0; i < n; i++) out[i] = dec(dt, ho[i]);
+}
+static void run(const hk_t *k, void *fn, const float *x, size_t n, float *out) { run_dt(k, k->dt, fn, x, DY, n, out); }
+
+/* bfloat16: each path's kernel against its float32 twin on the same (bfloat16) inputs, rounded, bit for bit */
+static int bits_elementwise(const hk_t *k, const float *xin) {
+    static float dyq[N], o16[N], o32[N];
+    int bad = 0;
+    for (size_t i = 0; i < N; i++) dyq[i] = q(DT_BF16, DY[i]);
+    for (int path = 0; path < 2; path++) {
+        run_dt(k, DT_BF16, path ? k->ref : k->fn, xin, dyq, N, o16);
+        run_dt(k, DT_F32, path ? k->ref32 : k->fn32, xin, dyq, N, o32);
+        for (size_t i = 0; i < N; i++)
+            if (bf_differs(o16[i], o32[i])) {
+                if (bad < 3)
+                    printf("  %s (%s): x=%.9g dy=%.9g: bf16 kernel 0x%04x, float32 kernel rounded 0x%04x\n", k->name,
+                           path ? "scalar" : STR(HARNESS_ISA), xin[i], dyq[i], bfbits(o16[i]), ma_f2bf(o32[i]));
+                bad++;
+            }
+    }
+    return bad;
 }
 
 static int check_elementwise(const hk_t *k) {
     static float xin[N], want[N], got[N], part[N];
     int bad = 0;
     memcpy(xin, X, sizeof X);
-    if (k->f16)
-        for (size_t i = 0; i < N; i++) xin[i] = ma_h2f(ma_f2h(xin[i]));
+    for (size_t i = 0; i < N; i++) xin[i] = q(k->dt, xin[i]);
     if (k->dir == 2) { /* backward_y takes y = forward(x), computed by the scalar path */
         hk_t fk = *k;
         fk.sig = 0;
@@ -125,7 +178,7 @@ static int check_elementwise(const hk_t *k) {
     run(k, k->ref, xin, N, want);
     run(k, k->fn, xin, N, got);
     for (size_t i = 0; i < N; i++) {
-        float dyv = k->f16 ? ma_h2f(ma_f2h(DY[i])) : DY[i];
+        float dyv = q(k->dt, DY[i]);
         if (!close_enough(k, got[i], want[i], xin[i], dyv)) {
             if (bad < 3)
                 printf("  %s: x=%.9g dy=%.9g got %.9g, scalar %.9g\n", k->name, xin[i], dyv, got[i], want[i]);
@@ -142,6 +195,7 @@ static int check_elementwise(const hk_t *k) {
                 break;
             }
     }
+    if (k->dt == DT_BF16) bad += bits_elementwise(k, xin);
     return bad;
 }
 
@@ -171,7 +225,33 @@ static int check_prelu(void) {
     double b2 = ma_f32_swish_beta_grad__scalar(DY + 40, X + 40, 1000, 1.3f, 1, 1);
     bad += fabs(b1 - b2) > 1e-12 * (1 + fabs(b2));
     if (bad) printf("  prelu / weight grad / beta grad: %d mismatches\n", bad);
-    return bad;
+    /* bfloat16, each path: the float32 kernels on the widened inputs, rounded (prelu) or equal (the sums) */
+    static uint16_t hx[N], hd[N], hy[O * C * I];
+    static float fx[N], fd[N];
+    int bbad = 0;
+    for (size_t i = 0; i < N; i++) hx[i] = ma_f2bf(X[i]), hd[i] = ma_f2bf(DY[i]), fx[i] = ma_bf2f(hx[i]), fd[i] = ma_bf2f(hd[i]);
+    for (int path = 0; path < 2; path++)
+        for (int inner1 = 0; inner1 < 2; inner1++) {
+            size_t o = inner1 ? O * I : O, in = inner1 ? 1 : I;
+            for (int grad = 0; grad < 2; grad++) {
+                (path ? ma_bf16_prelu__scalar : ISA_SYM(ma_bf16_prelu))(grad ? hd : NULL, hx, hy, o, C, in, w, 1);
+                (path ? ma_f32_prelu__scalar : ISA_SYM(ma_f32_prelu))(grad ? fd : NULL, fx, y1, o, C, in, w, 1);
+                for (size_t i = 0; i < O * C * I; i++) bbad += bf_differs(ma_bf2f(hy[i]), y1[i]);
+            }
+        }
+    for (int path = 0; path < 2; path++) {
+        double c1[C] = {0}, c2[C] = {0};
+        (path ? ma_bf16_prelu_weight_grad__scalar : ISA_SYM(ma_bf16_prelu_weight_grad))(hd + 40, hx + 40, O, C, I, c1);
+        (path ? ma_f32_prelu_weight_grad__scalar : ISA_SYM(ma_f32_prelu_weight_grad))(fd + 40, fx + 40, O, C, I, c2);
+        for (int c = 0; c < C; c++) bbad += memcmp(&c1[c], &c2[c], sizeof c1[c]) != 0;
+        double e1 = (path ? ma_bf16_swish_beta_grad__scalar : ISA_SYM(ma_bf16_swish_beta_grad))(hd + 40, hx + 40, 1000,
+                                                                                               1.3f, 1, 1);
+        double e2 = (path ? ma_f32_swish_beta_grad__scalar : ISA_SYM(ma_f32_swish_beta_grad))(fd + 40, fx + 40, 1000,
+                                                                                             1.3f, 1, 1);
+        bbad += memcmp(&e1, &e2, sizeof e1) != 0;
+    }
+    if (bbad) printf("  bfloat16 prelu / weight grad / beta grad: %d differ from the float32 kernels\n", bbad);
+    return bad + bbad;
 }
 
 /* Flush-to-zero (x86: FTZ and DAZ; aarch64: FZ) on or off for this thread. */
@@ -243,8 +323,10 @@ typedef void (*gbwd_f16)(const uint16_t *, const uint16_t *, const uint16_t *, u
 static float GU[N];
 enum { GL_TWO, GL_PAIR, GL_SWAP, GL_STRIDE3, GL_INPLACE, GL_N };
 
-/* One call on n elements in layout lay: gate G = X, up GU, dy DY; results y, dg, du as float. */
-static void gated_run(const hg_t *k, int ref, int lay, size_t n, int lim, float *y, float *dg, float *du) {
+/* One call of the pair fw, bw (dtype dt) on n elements in layout lay: gate G = X, up GU, dy DY, each rounded
+ * to qdt first; results y, dg, du as float. */
+static void gated_call(const hg_t *k, void *fw, void *bw, int dt, int qdt, int lay, size_t n, int lim, float *y,
+                       float *dg, float *du) {
     static float fin[3 * N], fo[3 * N], fd[N], fy[N];
     static uint16_t hin[3 * N], ho[3 * N], hd[N], hy[N];
     ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, lim ? 7.0f : INFINITY, lim ? 1.0f : 0.0f};
@@ -252,33 +334,35 @@ static void gated_run(const hg_t *k, int ref, int lay, size_t n, int lim, float 
     size_t go = lay == GL_TWO ? 0 : lay == GL_SWAP ? 1 : 0, uo = lay == GL_TWO ? N : lay == GL_SWAP ? 0 : 1;
     ma_gshape s = {1, n, {0, 0, 0, 0, 0}, {1, (ptrdiff_t)es, (ptrdiff_t)es, 1, 1}, 1, 1};
     for (size_t i = 0; i < n; i++) {
-        float gv = X[i], uv = GU[i];
-        if (k->f16) hin[go + i * es] = ma_f2h(gv), hin[uo + i * es] = ma_f2h(uv), hd[i] = ma_f2h(DY[i]);
-        else fin[go + i * es] = gv, fin[uo + i * es] = uv, fd[i] = DY[i];
+        float gv = q(qdt, X[i]), uv = q(qdt, GU[i]), dv = q(qdt, DY[i]);
+        if (dt) hin[go + i * es] = enc(dt, gv), hin[uo + i * es] = enc(dt, uv), hd[i] = enc(dt, dv);
+        else fin[go + i * es] = gv, fin[uo + i * es] = uv, fd[i] = dv;
     }
-    void *fw = ref ? k->rfwd : k->fwd, *bw = ref ? k->rbwd : k->bwd;
-    if (k->f16) ((gfwd_f16)fw)(hin + go, hin + uo, hy, &s, &p);
+    if (dt) ((gfwd_f16)fw)(hin + go, hin + uo, hy, &s, &p);
     else ((gfwd_f32)fw)(fin + go, fin + uo, fy, &s, &p);
     /* backward outputs in the inputs' layout (in place: the inputs themselves) */
     ma_gshape sb = s;
     sb.es[3] = sb.es[4] = (ptrdiff_t)es;
-    if (k->f16) {
+    if (dt) {
         uint16_t *o = lay == GL_INPLACE ? hin : ho;
         ((gbwd_f16)bw)(hd, hin + go, hin + uo, o + go, o + uo, &sb, &p);
-        for (size_t i = 0; i < n; i++) y[i] = ma_h2f(hy[i]), dg[i] = ma_h2f(o[go + i * es]), du[i] = ma_h2f(o[uo + i * es]);
+        for (size_t i = 0; i < n; i++) y[i] = dec(dt, hy[i]), dg[i] = dec(dt, o[go + i * es]), du[i] = dec(dt, o[uo + i * es]);
     } else {
         float *o = lay == GL_INPLACE ? fin : fo;
         ((gbwd_f32)bw)(fd, fin + go, fin + uo, o + go, o + uo, &sb, &p);
         for (size_t i = 0; i < n; i++) y[i] = fy[i], dg[i] = o[go + i * es], du[i] = o[uo + i * es];
     }
 }
+static void gated_run(const hg_t *k, int ref, int lay, size_t n, int lim, float *y, float *dg, float *du) {
+    gated_call(k, ref ? k->rfwd : k->fwd, ref ? k->rbwd : k->bwd, k->dt, k->dt, lay, n, lim, y, dg, du);
+}
 
 static int gated_close(const hg_t *k, float got, float want, float atol, float scale) {
     if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
     if (isinf(want) || isinf(got)) return got == want;
-    float eps = k->f16 ? 0x1p-10f : 0x1p-23f, tiny = k->f16 ? 0x1p-14f : 1.17549435e-38f;
+    float eps = eps_dt(k->dt), tiny = tiny_dt(k->dt);
     if (!isfinite(scale)) scale = 0.0f;
-    double bound = (double)k->ulp * (k->f16 ? spacing16(want) : spacing32(want)) + (double)atol * eps * scale;
+    double bound = (double)k->ulp * spacing_dt(k->dt, want) + (double)atol * eps * scale;
     if (fabsf(want) < tiny && bound < tiny) bound = tiny;
     return fabs((double)got - (double)want) <= bound;
 }
@@ -292,7 +376,7 @@ static int check_gated(const hg_t *k) {
         gated_run(k, 1, GL_TWO, N, lim, y0, g0, u0);
         gated_run(k, 0, GL_TWO, N, lim, y1, g1, u1);
         for (size_t i = 0; i < N; i++) {
-            float g = X[i], u = GU[i], d = DY[i];
+            float g = q(k->dt, X[i]), u = q(k->dt, GU[i]), d = q(k->dt, DY[i]);
             if (lim) g = g > 7.0f ? 7.0f : g, u = (u > 7.0f ? 7.0f : u < -7.0f ? -7.0f : u) + 1.0f;
             if (!gated_close(k, y1[i], y0[i], k->atol_f, fabsf(g) * fabsf(u)) ||
                 !gated_close(k, g1[i], g0[i], k->atol_b, fabsf(d * u)) ||
@@ -315,6 +399,18 @@ static int check_gated(const hg_t *k) {
                     }
                 if (n == N) break;
             }
+        /* bfloat16: both paths against their float32 pairs on the bfloat16 inputs, rounded, bit for bit */
+        for (int path = 0; k->dt == DT_BF16 && path < 2; path++) {
+            gated_call(k, path ? k->rfwd : k->fwd, path ? k->rbwd : k->bwd, DT_BF16, DT_BF16, GL_TWO, N, lim, y0, g0, u0);
+            gated_call(k, path ? k->rfwd32 : k->fwd32, path ? k->rbwd32 : k->bwd32, DT_F32, DT_BF16, GL_TWO, N, lim,
+                       y1, g1, u1);
+            for (size_t i = 0; i < N; i++)
+                if (bf_differs(y0[i], y1[i]) || bf_differs(g0[i], g1[i]) || bf_differs(u0[i], u1[i])) {
+                    if (bad < 3) printf("  %s lim=%d (%s): bf16 kernel differs from float32 rounded at %zu\n", k->name,
+                                        lim, path ? "scalar" : STR(HARNESS_ISA), i);
+                    bad++;
+                }
+        }
     }
     return bad;
 }
@@ -335,33 +431,65 @@ enum { BL_ROWS, BL_VEC, BL_FULL, BL_N };
 #define BC_MAX 40
 static float BB[N], BS[N];
 
-/* One forward and backward on the first o*c*i elements of X, DY; y, dx, db (full) and the sums out. */
-static void bias_run(const hb_t *k, int ref, int lay, int lim, int nthreads, float *y, float *dx, float *dbf,
-                     double *sums) {
+/* One forward and backward of fw, bw (dtype dt) on the first o*c*i elements of X, DY (and BB, BS), each
+ * rounded to qdt first; y, dx, db (full) and the sums out. */
+static void bias_call(const hb_t *k, void *fw, void *bw, int dt, int qdt, int lay, int lim, int nthreads, float *y,
+                      float *dx, float *dbf, double *sums) {
     static const size_t shapes[BL_N][3] = {{3, 5, 37}, {30, BC_MAX, 1}, {2, 7, 45}};
     const size_t o = shapes[lay][0], c = shapes[lay][1], in = shapes[lay][2], n = o * c * in;
     int full = lay == BL_FULL;
     ma_bshape s = {o, c, in, full ? 2 : 1, full ? 0 : 1, 1, nthreads};
     ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, INFINITY, 0.0f, 1.5f,
                    lim ? 2.0f : INFINITY};
-    void *fw = ref ? k->rfwd : k->fwd, *bw = ref ? k->rbwd : k->bwd;
-    if (!k->f16) {
-        static float fy[N], fdx[N], fdb[N];
-        ((bfwd_f32)fw)(X + BL_OFF(lay), BB, BS, fy, &s, &p);
-        ((bbwd_f32)bw)(DY + BL_OFF(lay), X + BL_OFF(lay), BB, BS, fdx, full ? fdb : NULL, NULL, full ? NULL : sums, &s, &p);
+    if (dt == DT_F32) {
+        static float fx[N], fd[N], fb[N], fs[N], fy[N], fdx[N], fdb[N];
+        for (size_t e = 0; e + BL_OFF(lay) < N; e++) fx[e] = q(qdt, X[e + BL_OFF(lay)]), fd[e] = q(qdt, DY[e + BL_OFF(lay)]);
+        for (size_t e = 0; e < N; e++) fb[e] = q(qdt, BB[e]), fs[e] = q(qdt, BS[e]);
+        ((bfwd_f32)fw)(fx, fb, fs, fy, &s, &p);
+        ((bbwd_f32)bw)(fd, fx, fb, fs, fdx, full ? fdb : NULL, NULL, full ? NULL : sums, &s, &p);
         for (size_t e = 0; e < n; e++) y[e] = fy[e], dx[e] = fdx[e], dbf[e] = full ? fdb[e] : 0.0f;
         return;
     }
     static uint16_t hx[N], hd[N], hb[N], hs[N], hy[N], hdx[N], hdb[N];
-    for (size_t e = 0; e + BL_OFF(lay) < N; e++) hx[e] = ma_f2h(X[e + BL_OFF(lay)]), hd[e] = ma_f2h(DY[e + BL_OFF(lay)]);
-    for (size_t e = 0; e < N; e++) hb[e] = ma_f2h(BB[e]), hs[e] = ma_f2h(BS[e]);
+    for (size_t e = 0; e + BL_OFF(lay) < N; e++) hx[e] = enc(dt, X[e + BL_OFF(lay)]), hd[e] = enc(dt, DY[e + BL_OFF(lay)]);
+    for (size_t e = 0; e < N; e++) hb[e] = enc(dt, BB[e]), hs[e] = enc(dt, BS[e]);
     ((bfwd_f16)fw)(hx, hb, hs, hy, &s, &p);
     ((bbwd_f16)bw)(hd, hx, hb, hs, hdx, full ? hdb : NULL, NULL, full ? NULL : sums, &s, &p);
-    for (size_t e = 0; e < n; e++) y[e] = ma_h2f(hy[e]), dx[e] = ma_h2f(hdx[e]), dbf[e] = full ? ma_h2f(hdb[e]) : 0.0f;
+    for (size_t e = 0; e < n; e++) y[e] = dec(dt, hy[e]), dx[e] = dec(dt, hdx[e]), dbf[e] = full ? dec(dt, hdb[e]) : 0.0f;
+}
+static void bias_run(const hb_t *k, int ref, int lay, int lim, int nthreads, float *y, float *dx, float *dbf,
+                     double *sums) {
+    bias_call(k, ref ? k->rfwd : k->fwd, ref ? k->rbwd : k->bwd, k->dt, k->dt, lay, lim, nthreads, y, dx, dbf, sums);
+}
+
+/* bfloat16: both paths against their float32 pairs on the bfloat16 inputs: outputs rounded, sums equal */
+static int bias_bits(const hb_t *k, int lay, int lim) {
+    static float y0[N], d0[N], f0[N], y1[N], d1[N], f1[N];
+    size_t n = lay == BL_VEC ? 30 * BC_MAX : lay == BL_ROWS ? 3 * 5 * 37 : 2 * 7 * 45;
+    int bad = 0;
+    for (int path = 0; path < 2; path++) {
+        double s0[2 * BC_MAX] = {0}, s1[2 * BC_MAX] = {0};
+        bias_call(k, path ? k->rfwd : k->fwd, path ? k->rbwd : k->bwd, DT_BF16, DT_BF16, lay, lim, 1, y0, d0, f0, s0);
+        bias_call(k, path ? k->rfwd32 : k->fwd32, path ? k->rbwd32 : k->bwd32, DT_F32, DT_BF16, lay, lim, 1, y1, d1, f1,
+                  s1);
+        for (size_t e = 0; e < n; e++)
+            if (bf_differs(y0[e], y1[e]) || bf_differs(d0[e], d1[e]) || bf_differs(f0[e], f1[e])) {
+                if (bad < 3) printf("  %s layout %d lim=%d (%s): bf16 kernel differs from float32 rounded at %zu\n",
+                                    k->name, lay, lim, path ? "scalar" : STR(HARNESS_ISA), e);
+                bad++;
+            }
+        for (int i = 0; i < 2 * BC_MAX; i++)
+            if (memcmp(&s0[i], &s1[i], sizeof s0[i]) && !(isnan(s0[i]) && isnan(s1[i]))) {
+                if (bad < 3) printf("  %s layout %d lim=%d (%s): sum %d %.17g, float32 kernel's %.17g\n", k->name, lay,
+                                    lim, path ? "scalar" : STR(HARNESS_ISA), i, s0[i], s1[i]);
+                bad++;
+            }
+    }
+    return bad;
 }
 
 static int bias_close(const hb_t *k, float got, float want, float atol, float scale) {
-    hg_t g = {k->name, k->f16, 0, 0, 0, 0, {0}, k->ulp, 0, 0};
+    hg_t g = {k->name, k->dt, 0, 0, 0, 0, 0, 0, 0, 0, {0}, k->ulp, 0, 0};
     return gated_close(&g, got, want, atol, scale);
 }
 
@@ -387,6 +515,7 @@ static int check_bias(const hb_t *k) {
                     bad++;
                 }
             }
+            if (k->dt == DT_BF16) bad += bias_bits(k, lay, lim);
             if (lay == BL_FULL) continue;
             /* the sums: within the bound of the elements (finite ones; a NaN b makes its channel's sums NaN) */
             double mag = 0.0;
