@@ -495,9 +495,9 @@ def _bwd(g: _Graph, op: str, dy: str, x: str, p: dict, weight: str | None) -> st
     if op == "softplus":
         z = g.mul(x, p["beta"])
         return g.keepnan(x, g.select(g.gt(z, p["threshold"]), dy, g.mul(dy, g.sigmoid(z))))
-    if op == "softsign":
+    if op == "softsign":  # divided twice: (1 + |x|)^2 overflows float32 for |x| >= 1.8e19 (multiact.reference)
         d = g.add(g.abs(x), 1.0)
-        return g.div(dy, g.mul(d, d))
+        return g.div(g.div(dy, d), d)
     if op in ("fast_gelu", "silu", "swish"):
         k = {"fast_gelu": R.FAST_GELU_K, "silu": 1.0}.get(op) or p["beta"]
         s, sn, xc = _swish_gate(g, x, k)
@@ -571,15 +571,44 @@ def _elem(dtype: str) -> int:
 
 
 def _dtype_name(dtype: Any, fn: str = "to_onnx()") -> str:
-    """'float16' or 'float32' from a string, a NumPy dtype or a scalar type; ValueError otherwise."""
+    """'float16', 'float32' or 'bfloat16' from a string, a NumPy dtype or a scalar type; ValueError otherwise."""
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return dtype
     try:
         name = np.dtype(dtype).name
     except TypeError:
         name = None
-    if name not in DTYPES or isinstance(dtype, bool):
-        raise ValueError(f"{fn}: dtype must be float16 or float32 (a name, a NumPy dtype or a scalar type), "
-                         f"got {dtype!r}")
+    if name not in (*DTYPES, "bfloat16") or isinstance(dtype, bool):
+        raise ValueError(f"{fn}: dtype must be float16, float32 or bfloat16 (a name, a NumPy dtype or a scalar "
+                         f"type), got {dtype!r}")
     return name
+
+
+def _bf16_wrapped(model: Any) -> Any:
+    """A float32 model with bfloat16 inputs and outputs: each float32 input Cast from bfloat16, each float32
+    output Cast to bfloat16 (float64 outputs, the parameter gradients, stay float64)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    g = model.graph
+    f32, bf = TensorProto.FLOAT, TensorProto.BFLOAT16
+    rename = {i.name: f"{i.name}_f32" for i in g.input if i.type.tensor_type.elem_type == f32}
+    out_names = {o.name for o in g.output if o.type.tensor_type.elem_type == f32}
+    nodes = [helper.make_node("Cast", [n], [m], to=f32) for n, m in rename.items()]
+    for node in g.node:
+        node.input[:] = [rename.get(n, n) for n in node.input]
+        node.output[:] = [f"{n}_f32" if n in out_names else n for n in node.output]
+    nodes += list(g.node)
+    nodes += [helper.make_node("Cast", [f"{n}_f32"], [n], to=bf) for n in out_names]
+    for v in (*g.input, *g.output):
+        if v.name in rename or v.name in out_names:
+            v.type.tensor_type.elem_type = bf
+    del g.node[:]
+    g.node.extend(nodes)
+    g.doc_string = (g.doc_string.replace(", float32,", ", bfloat16 (the float32 graph between Casts),", 1)
+                    if ", float32," in g.doc_string else g.doc_string + " (bfloat16: the float32 graph between Casts)")
+    onnx.checker.check_model(model)
+    return model
 
 
 def _input_shape(shape: Any, fn: str = "to_onnx()") -> list[int | str]:
@@ -629,7 +658,12 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
     Inputs: forward `x`; backward `dy`, `x` (with `from_output=True`: `dy`, `y`, for the ops whose
     derivative is a function of the output); prelu adds `weight`.  Output `y` or `dx`, x's dtype and shape.
 
-    dtype: float32 or float16, as a name, a NumPy dtype or a scalar type (np.float32).
+    dtype: float32 or float16, as a name, a NumPy dtype or a scalar type (np.float32); or "bfloat16"
+      (ml_dtypes.bfloat16): the float32 graph with bfloat16 inputs Cast to float32 and float32 results Cast
+      to bfloat16 (ONNX's Cast rounds to nearest even).  ONNX Runtime's CPU provider has no bfloat16
+      arithmetic, so there is no bfloat16 graph of ORT's own operators; where the float32 graph computes in
+      float64 (gelu's forward, tanhshrink, mish) its result is rounded to float32 and then to bfloat16, twice,
+      so it can sit one bfloat16 ulp from multiact's where that float32 value is a bfloat16 tie.
     shape: the inputs' shape; an int is a rank with every dim dynamic, a sequence holds ints (fixed),
       names (symbolic, e.g. ["N", "C", 224, 224]) and None (dynamic).  Default: 1-D ["N"]; prelu
       ["N", "C", "S"].  prelu's `weight` input is 1-D, one element or x.shape[axis] (per channel along
@@ -666,6 +700,9 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
 
     fn = "to_onnx()"
     dtype = _dtype_name(dtype, fn)
+    if dtype == "bfloat16":
+        return _bf16_wrapped(to_onnx(op, dtype="float32", grad=grad, from_output=from_output, shape=shape,
+                                     accuracy=accuracy, **params))
     if accuracy not in ACCURACIES:
         raise ValueError(f"{fn}: accuracy must be one of {ACCURACIES}, got {accuracy!r}")
     composite = op == "bias_act" or (isinstance(op, str) and op in COMPOSITE_DEFINITIONS)
