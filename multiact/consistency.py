@@ -813,7 +813,9 @@ class Bf16Verdict:
 
     @property
     def passed(self) -> bool:
-        return self.n_bad == 0 and self.one_ulp <= self.limit * max(self.n, 1)
+        # the share is a fact of the whole set of inputs; a sample of a few hundred may hold two of them
+        allowed = self.limit * self.n if self.n >= 1 << 16 else max(self.limit * self.n, 2)
+        return self.n_bad == 0 and self.one_ulp <= allowed
 
     def describe(self) -> str:
         head = (f"{self.op} {self.direction} {case_id(self.params)}: {self.one_ulp} of {self.n} one ulp off "
