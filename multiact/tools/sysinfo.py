@@ -289,11 +289,15 @@ def default_choice() -> dict[str, str]:
     import multiact as ma
 
     out = {}
-    for dt in ("float16", "float32", "float64"):
+    dts: list[Any] = ["float16", "float32", "float64"]
+    if importlib.util.find_spec("ml_dtypes") is not None:  # bfloat16 NumPy arrays (multiact[bf16])
+        dts.insert(1, ma.dtypes.bfloat16)
+    for dt in dts:
         try:
-            out[dt] = ma.explain("gelu", np.zeros(1, dt)).splitlines()[0].split("->")[-1].strip()
+            name = np.dtype(dt).name
+            out[name] = ma.explain("gelu", np.zeros(1, dt)).splitlines()[0].split("->")[-1].strip()
         except Exception as e:
-            out[dt] = f"none ({type(e).__name__}: {e})"
+            out[np.dtype(dt).name] = f"none ({type(e).__name__}: {e})"
     return out
 
 
