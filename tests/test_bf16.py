@@ -8,7 +8,6 @@ user's machine; the counts are in tests/results/bf16-exhaustive.txt).
 
 from __future__ import annotations
 
-import bisect
 import subprocess
 import sys
 from fractions import Fraction
@@ -63,22 +62,23 @@ def test_store_rounds_to_nearest_even_and_keeps_nan_quiet():
 def test_float64_rounds_once():
     """f64 -> bf16 against exact rational rounding, at midpoints and next to them (double rounding through
     float32 goes wrong exactly there: ml_dtypes' float64 cast does)."""
-    grid = D.bf16_bits_to_f32(np.arange(0, 0x7F80, 61, dtype=np.uint16)).astype(np.float64)
+    grid = D.bf16_bits_to_f32(np.arange(0, 0x7F80, 127, dtype=np.uint16)).astype(np.float64)
     mids = grid * (1 + 2.0 ** -8)
     xs = np.concatenate([mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf), -mids,
                          [3.3961775292304e38, 3.39617753e38, 1e39, 1e-46, 0.0, -0.0]])
-    allb = [Fraction(float(v)) for v in D.bf16_bits_to_f32(np.arange(0, 0x7F80, dtype=np.uint16))]
-    allb.append(2 * allb[-1] - allb[-2])  # 0x7f80 (inf) where the next value would be: the overflow threshold
+    allb = D.bf16_bits_to_f32(np.arange(0, 0x7F80, dtype=np.uint16)).astype(np.float64)
+    over = 2 * Fraction(allb[-1]) - Fraction(allb[-2])  # where 0x7f80 (inf) would be: the overflow threshold
     got = D.f64_to_bf16_bits(xs)
     for x, g in zip(xs.tolist(), got.tolist(), strict=True):
         a = Fraction(abs(x))
-        i = bisect.bisect_left(allb, a)
-        if i == len(allb):
-            want = 0x7F80  # beyond the overflow threshold
-        elif allb[i] == a:
+        i = int(np.searchsorted(allb, abs(x)))
+        hi_v = over if i == allb.size else Fraction(allb[i])
+        if a == hi_v:
             want = i
+        elif a > hi_v:
+            want = 0x7F80  # beyond the overflow threshold
         else:
-            lo, hi = a - allb[i - 1], allb[i] - a
+            lo, hi = a - Fraction(allb[i - 1]), hi_v - a
             want = i - 1 if lo < hi or (lo == hi and (i - 1) % 2 == 0) else i
         assert g == want | (0x8000 if np.signbit(x) else 0), (x, hex(g), hex(want))
 
