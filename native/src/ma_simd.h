@@ -217,10 +217,49 @@ typedef double VD __attribute__((vector_size(32)));
  * instruction treats subnormal inputs as zero and flushes subnormal results whatever MXCSR says, so
  * lanes below 2^-126 in magnitude need this sequence's result (tests: the C harness compares every
  * bfloat16 kernel with its float32 kernel rounded by ma_f2bf, bit for bit). */
-static inline __attribute__((always_inline)) VI ma_bf_hi(V v) {
+static inline __attribute__((always_inline)) VI ma_bf_round(V v) { /* a lane that is not NaN */
     VI x = v_as_i(v);
-    VI r = x + 0x7fffu + ((x >> 16) & 1u), q = x | 0x00400000u;
-    return v_as_i(VSEL(v != v, i_as_v(q), i_as_v(r)));
+    return x + 0x7fffu + ((x >> 16) & 1u);
+}
+static inline __attribute__((always_inline)) VI ma_bf_hi(V v) {
+    return v_as_i(VSEL(v != v, i_as_v(v_as_i(v) | 0x00400000u), i_as_v(ma_bf_round(v))));
+}
+#endif
+
+#if defined(MA_ISA_AVX2)
+/* bfloat16, four vectors (32 elements) at once, for the elementwise main loops (ma_kernels.inc's LD4 / *_STEP):
+ * two 256-bit loads unpacked against zero put each element in the high half of a lane, in the order
+ * [0-3, 8-11], [4-7, 12-15] per 16 (an elementwise body does not care); the store narrows pairs with vpsrld +
+ * vpackusdw, which undoes that order, and tests the step for NaN once (ma_bf_round alone where there is none,
+ * the same bits as ma_bf_hi).  Streaming: 16-byte halves (the stream head aligns y to 16 bytes). */
+#define MA_HAVE_BF4 1
+static inline __attribute__((always_inline)) void ma_bf_load4(const uint16_t *p, V *a) {
+    __m256i z = _mm256_setzero_si256(), v0 = _mm256_loadu_si256((const __m256i *)p),
+            v1 = _mm256_loadu_si256((const __m256i *)(p + 16));
+    a[0] = (V)_mm256_unpacklo_epi16(z, v0), a[1] = (V)_mm256_unpackhi_epi16(z, v0);
+    a[2] = (V)_mm256_unpacklo_epi16(z, v1), a[3] = (V)_mm256_unpackhi_epi16(z, v1);
+}
+static inline __attribute__((always_inline)) __m256i ma_bf_pack(VI a, VI b) {
+    return _mm256_packus_epi32(_mm256_srli_epi32((__m256i)a, 16), _mm256_srli_epi32((__m256i)b, 16));
+}
+static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, const V *r, int stream) {
+    VI h[4];
+    __m256 nan = _mm256_or_ps(_mm256_cmp_ps((__m256)r[0], (__m256)r[1], _CMP_UNORD_Q),
+                              _mm256_cmp_ps((__m256)r[2], (__m256)r[3], _CMP_UNORD_Q));
+    if (__builtin_expect(_mm256_movemask_ps(nan) == 0, 1))
+        for (int k = 0; k < 4; k++) h[k] = ma_bf_round(r[k]);
+    else
+        for (int k = 0; k < 4; k++) h[k] = ma_bf_hi(r[k]);
+    __m256i lo = ma_bf_pack(h[0], h[1]), hi = ma_bf_pack(h[2], h[3]);
+    if (stream) {
+        _mm_stream_si128((__m128i *)p, _mm256_castsi256_si128(lo));
+        _mm_stream_si128((__m128i *)(p + 8), _mm256_extracti128_si256(lo, 1));
+        _mm_stream_si128((__m128i *)(p + 16), _mm256_castsi256_si128(hi));
+        _mm_stream_si128((__m128i *)(p + 24), _mm256_extracti128_si256(hi, 1));
+    } else {
+        _mm256_storeu_si256((__m256i *)p, lo);
+        _mm256_storeu_si256((__m256i *)(p + 16), hi);
+    }
 }
 #endif
 

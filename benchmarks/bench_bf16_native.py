@@ -1,0 +1,106 @@
+"""native bfloat16 against native float16 and torch bfloat16: 16M elements, 1 thread, into preallocated outputs.
+
+The issue's floor (18): native bf16 at most 1.1x native float16 on every op, forward and backward, and faster
+than torch's bf16 kernels (aten's out= forms, the same work with no allocation).  Rounds interleave the three
+(each round times every variant once, in a rotated order); the median per variant and the ratios of medians
+are printed with the CPU and the load.
+
+usage: python benchmarks/bench_bf16_native.py [--n 16777216] [--rounds 15] [--ops sigmoid,gelu,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from multiact import registry, set_num_threads
+from multiact.dtypes import f32_bits_to_bf16
+
+
+def _cpu() -> str:
+    try:
+        info = open("/proc/cpuinfo").read().split("\n\n")[0]
+        fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in info.splitlines() if ":" in line)}
+        return f"{fields['model name']} (family {fields['cpu family']} model {fields['model']}), {os.cpu_count()} CPUs"
+    except (OSError, KeyError):
+        return platform.processor() or platform.machine()
+
+
+TORCH = {  # op -> (forward(x, out), backward(dy, x, y, out)) on aten's out= overloads
+    "sigmoid": (lambda t, x, o: t.sigmoid(x, out=o),
+                lambda t, dy, x, y, o: t.ops.aten.sigmoid_backward.grad_input(dy, y, grad_input=o)),
+    "tanh": (lambda t, x, o: t.tanh(x, out=o),
+             lambda t, dy, x, y, o: t.ops.aten.tanh_backward.grad_input(dy, y, grad_input=o)),
+    "gelu": (lambda t, x, o: t.ops.aten.gelu.out(x, out=o),
+             lambda t, dy, x, y, o: t.ops.aten.gelu_backward.grad_input(dy, x, grad_input=o)),
+    "silu": (lambda t, x, o: t.ops.aten.silu.out(x, out=o),
+             lambda t, dy, x, y, o: t.ops.aten.silu_backward.grad_input(dy, x, grad_input=o)),
+    "leaky_relu": (lambda t, x, o: t.ops.aten.leaky_relu.out(x, 0.01, out=o),
+                   lambda t, dy, x, y, o: t.ops.aten.leaky_relu_backward.grad_input(dy, x, 0.01, False,
+                                                                                    grad_input=o)),
+}
+PARAMS = {"leaky_relu": {"negative_slope": 0.01}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1 << 24)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--ops", default=",".join(TORCH))
+    a = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    set_num_threads(1)
+    nb = registry.module("native")
+    rng = np.random.default_rng(0)
+    x32 = (rng.standard_normal(a.n) * 3).astype(np.float32)
+    dy32 = rng.standard_normal(a.n).astype(np.float32)
+    xb, dyb = f32_bits_to_bf16(x32), f32_bits_to_bf16(dy32)
+    xh, dyh = x32.astype(np.float16), dy32.astype(np.float16)
+    out16 = np.empty(a.n, np.uint16)
+    tx = torch.from_numpy(xb.view(np.int16)).view(torch.bfloat16)
+    tdy = torch.from_numpy(dyb.view(np.int16)).view(torch.bfloat16)
+    tout = torch.empty_like(tx)
+    print(f"# CPU: {_cpu()}; native isa {nb.info()['isa']}; torch {torch.__version__}; n={a.n}, 1 thread, "
+          f"{a.rounds} interleaved rounds; load average before: {os.getloadavg()}")
+    print(f"{'op':<11} {'dir':<8} {'bf16 ms':>8} {'f16 ms':>8} {'torch ms':>9} {'bf16/f16':>9} {'bf16/torch':>11}")
+    for op in a.ops.split(","):
+        p = PARAMS.get(op, {})
+        tf, tb = TORCH[op]
+        y_t = torch.empty_like(tx)
+        tf(torch, tx, y_t)
+        for direction in ("forward", "backward"):
+            kb, kh = nb.kernel(op, direction, "bfloat16"), nb.kernel(op, direction, "float16")
+            if direction == "forward":
+                variants = {"bf16": lambda kb=kb, p=p: kb(xb, out16, p),
+                            "f16": lambda kh=kh, p=p: kh(xh, out16.view(np.float16), p),
+                            "torch": lambda tf=tf: tf(torch, tx, tout)}
+            else:
+                # native's backward takes x (sigmoid, tanh: recomputed); torch's sigmoid/tanh backward take y
+                variants = {"bf16": lambda kb=kb, p=p: kb(dyb, xb, out16, p),
+                            "f16": lambda kh=kh, p=p: kh(dyh, xh, out16.view(np.float16), p),
+                            "torch": lambda tb=tb, y_t=y_t: tb(torch, tdy, tx, y_t, tout)}
+            names = list(variants)
+            times = {k: [] for k in names}
+            for k in names:  # warm up
+                variants[k]()
+            for r in range(a.rounds):
+                order = names[r % 3:] + names[:r % 3]
+                for k in order:
+                    t0 = time.perf_counter()
+                    variants[k]()
+                    times[k].append(time.perf_counter() - t0)
+            med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            print(f"{op:<11} {direction:<8} {med['bf16']:8.2f} {med['f16']:8.2f} {med['torch']:9.2f} "
+                  f"{med['bf16'] / med['f16']:8.2f}x {med['bf16'] / med['torch']:10.2f}x", flush=True)
+    print(f"# load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
