@@ -1,4 +1,7 @@
-"""The `numpy` backend: the reference formulas evaluated blockwise in the input's precision.
+"""The `numpy` backend: the reference formulas evaluated blockwise.
+
+float64 in float64; float32 in float32, except the x * gate(x) ops and those with a scaled exponential
+argument (gelu, silu, celu, ...: `_wide32`), in float64 rounded once, whose float32 tails were far off.
 
 It always works.  Blocks keep every temporary cache-sized (so out=x in place
 allocates nothing result-sized) and let float16 and bfloat16 be computed in
@@ -14,7 +17,7 @@ import numpy as np
 
 from multiact._layout import flat_views
 from multiact.dtypes import bf16_bits_to_f32, f32_bits_to_bf16, is_bf16, to_float32
-from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, in_float32
 
 NAME = "numpy"
 PRIORITY = 10
@@ -74,7 +77,19 @@ def _scalar_params(op: str, p: dict) -> dict:
     return {k: v for k, v in p.items() if k not in ("weight", "axis")}
 
 
-def _elementwise(op: str, fn: Callable, n_in: int) -> Callable:
+def _wide32(spec) -> bool:
+    """Whether float32 blocks of the op are evaluated in float64 (and rounded once): the x * gate(x) ops (their
+    derivative crosses zero away from a kink: Tolerance.bwd_atol) and those with a scaled exponential argument
+    (Tolerance.cond: celu's x / alpha, softplus's beta * x), whose float32 formulas round that argument before
+    the exponential and cancel in the tails: up to ~180 ulp off (gelu near x = -12, celu alpha=0.3 62, issue 19).
+    The other smooth ops are within 4 ulp in float32 (benchmarks/results/accuracy-f32-subset-numpy.txt) and
+    1.1-4.7x slower in float64, so stay there."""
+    return not spec.exact and (spec.tol.bwd_atol > 0 or spec.tol.cond is not None)
+
+
+def _elementwise(op: str, fn: Callable, n_in: int, wide32: bool = False) -> Callable:
+    """A reference formula blockwise; with wide32, float32 blocks in float64, the parameters rounded to
+    float32 first (what the float32 kernels and the reference are given)."""
     prelu = op == "prelu"
 
     def run(*args):
@@ -86,6 +101,12 @@ def _elementwise(op: str, fn: Callable, n_in: int) -> Callable:
                 ob[...] = fn(*ins, wb, p["axis"])
             return
         q = _scalar_params(op, p)
+        if wide32 and out.dtype == np.float32:
+            q = in_float32(q)
+            with np.errstate(over="ignore"):  # a float64 result beyond float32's range rounds to inf
+                for *blocks, ob in _blocks(tuple(arrays), out):
+                    ob[...] = fn(*(b.astype(np.float64) for b in blocks), **q)
+            return
         for *blocks, ob in _blocks(tuple(arrays), out):
             ob[...] = fn(*blocks, **q)
 
@@ -322,13 +343,13 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         return _bias_act(key, direction)
     spec = KEYS[key]
     if direction == "forward":
-        return _elementwise(spec.name, spec.forward, 1)
+        return _elementwise(spec.name, spec.forward, 1, _wide32(spec))
     if direction == "backward":
-        return _elementwise(spec.name, spec.backward, 2)
+        return _elementwise(spec.name, spec.backward, 2, _wide32(spec))
     if direction == "backward_y":
-        return _elementwise(spec.name, spec.backward_y, 2)
+        return _elementwise(spec.name, spec.backward_y, 2, _wide32(spec))
     if direction == "backward2":  # kernel(g, dy, x, out, p)
-        return _elementwise(spec.name, spec.backward2, 3)
+        return _elementwise(spec.name, spec.backward2, 3, _wide32(spec))
     if direction in ("param_grad2", "param_grad2_param"):  # kernel(g, dy, x, out, p), elementwise
-        return _elementwise(spec.name, spec.param_grad2_ref[direction == "param_grad2_param"], 3)
+        return _elementwise(spec.name, spec.param_grad2_ref[direction == "param_grad2_param"], 3, _wide32(spec))
     return _param_grad(spec.name, spec.param_grad[1])
