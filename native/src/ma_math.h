@@ -51,18 +51,25 @@ MA_INLINE V ma_clampv(V x, float lo, float hi) {
     return VLT_SEL(VSPLAT(hi), x);
 }
 
-/* e^(u + lo) for u <= 0 (lo a tiny correction, |lo| << ulp(u)), scaled as described above.
- * Error 1.5 ULP.  u = -inf or u < -132 gives eK = 0. */
-MA_INLINE V ma_expneg_k2(V u, V lo, V *sc) {
+/* e^(u + lo) for u <= 0 (lo a tiny correction, |lo| << ulp(u)), scaled as described above, as its two
+ * factors: returns the scaled power of two pK and sets em = e^r - 1, so that eK = pK (1 + em) without the
+ * rounding of 1 + em (callers that fold em into a later product save half an ulp).  u = -inf or u < -132
+ * gives pK = 0 and em = 0. */
+MA_INLINE V ma_expneg_k2s(V u, V lo, V *sc, V *em) {
     VM big = u < VSPLAT(-80.0f);
     V nf, r;
     VI n;
     MA_REDUCE(u, nf, n, r);
-    r = r + lo;
-    V p = VSPLAT(1.0f) + ma_em1_poly(r);
-    V eK = p * ma_pow2i(n + MASK_I(big, 64));
+    VM zero = u < VSPLAT(-132.0f); /* -inf included, whose r is NaN */
+    *em = VSEL(zero, VSPLAT(0.0f), ma_em1_poly(r + lo));
     *sc = VSEL(big, VSPLAT(0x1p-64f), VSPLAT(1.0f));
-    return VSEL(u < VSPLAT(-132.0f), VSPLAT(0.0f), eK);
+    return VSEL(zero, VSPLAT(0.0f), ma_pow2i(n + MASK_I(big, 64)));
+}
+
+/* e^(u + lo) as one scaled value, eK = pK (1 + em).  Error 1.5 ULP. */
+MA_INLINE V ma_expneg_k2(V u, V lo, V *sc) {
+    V em, pK = ma_expneg_k2s(u, lo, sc, &em);
+    return (VSPLAT(1.0f) + em) * pK;
 }
 
 /* The fast paths' exponential (no clamp, no scaling), for |u| <= 87 and not NaN, d a correction
@@ -133,14 +140,20 @@ MA_INLINE V ma_tanh(V x) {
     return ma_copysign(m / (VSPLAT(-2.0f) - m), x);
 }
 
-/* erfc(a) * e^(a^2) / ... : for a >= 0, erfc(a) = e^(-a^2) G(t) / (1 + 2a), t = (a - 2) / (a + 2).
- * Returns q = G(t) / (1 + 2a); 3 ULP before the exponential factor (a <= 7.1e4, so (a + 2)(1 + 2a) is finite). */
-MA_INLINE V ma_erfc_q(V a) {
-    /* one division gives both t = (a - 2) / (a + 2) and 1 / (1 + 2a) */
-    V ap2 = a + VSPLAT(2.0f), den = VFMA(VSPLAT(2.0f), a, VSPLAT(1.0f));
-    V r = ONE_F / (ap2 * den);
-    V t = (a - VSPLAT(2.0f)) * (den * r);
-    V g = VSPLAT(MA_ERFC_G14); /* MA_ERFC_G: G(t) */
+/* erfc(a) = e^(-a^2) G(t) / (1 + 2a) for a >= 0, t = (a - 2) / (a + 2) (MA_ERFC_G, MA_ERFC_HG_FAST).  gelu
+ * takes it at a = b / sqrt2 for b = |x|: t = (b - C) / (b + C), C = 2 sqrt2, from one reciprocal
+ * u = 1 / (b + C): t = 2b u - 1 below C and 1 - 2C u above, each one FMA from u, so that t carries about
+ * half an ulp where G is most sensitive to it (b near 0, t near -1), not the 2-3 ulps of a quotient of a
+ * rounded numerator and denominator; 1 / (1 + sqrt2 b) is applied by ma_div_1p_sqrt2. */
+MA_INLINE V ma_erfc_t(V b) {
+    V C = VSPLAT(2.82842712474619010f);
+    V u = ONE_F / (b + C);
+    return VSEL(b < C, VFMA(b + b, u, VSPLAT(-1.0f)), VFMA(-(C + C), u, ONE_F));
+}
+
+/* G(t) for any b (degree 14, fitted for a <= 10.1; beyond, erfc(a) < 1e-45 and the result underflows). */
+MA_INLINE V ma_erfc_g(V t) {
+    V g = VSPLAT(MA_ERFC_G14);
     g = VFMA(g, t, VSPLAT(MA_ERFC_G13));
     g = VFMA(g, t, VSPLAT(MA_ERFC_G12));
     g = VFMA(g, t, VSPLAT(MA_ERFC_G11));
@@ -154,26 +167,23 @@ MA_INLINE V ma_erfc_q(V a) {
     g = VFMA(g, t, VSPLAT(MA_ERFC_G3));
     g = VFMA(g, t, VSPLAT(MA_ERFC_G2));
     g = VFMA(g, t, VSPLAT(MA_ERFC_G1));
-    g = VFMA(g, t, VSPLAT(MA_ERFC_G0));
-    return g * (ap2 * r);
+    return VFMA(g, t, VSPLAT(MA_ERFC_G0));
 }
 
-/* 0.5 erfc(b / sqrt2) e^(b^2 / 2) for 0 <= b <= 12 (gelu's fast paths): ma_erfc_q at a = b / sqrt2
- * with a degree-9 G fitted on t in [-1, 0.62] (MA_ERFC_HG_FAST = 0.5 G; its error in ma_coeffs.h),
- * 1 / sqrt2 folded into t's constants and 0.5 into G's coefficients (exact scalings), in Estrin's
- * order (the chain is 4 FMAs deep, not 9: gelu is bound by latency, not by FMAs). */
-MA_INLINE V ma_half_erfc_q_fast(V b) {
-    V ap2 = b + VSPLAT(2.82842712474619010f), den = VFMA(VSPLAT(1.41421356237309505f), b, VSPLAT(1.0f));
-    V r = ONE_F / (ap2 * den); /* t = (b - 2 sqrt2) / (b + 2 sqrt2), 1 / (1 + sqrt2 b): one division */
-    V t = (b - VSPLAT(2.82842712474619010f)) * (den * r);
-    V t2 = t * t, t4 = t2 * t2;
-    V p0 = VFMA(VSPLAT(MA_ERFC_HG_FAST1), t, VSPLAT(MA_ERFC_HG_FAST0));
-    V p1 = VFMA(VSPLAT(MA_ERFC_HG_FAST3), t, VSPLAT(MA_ERFC_HG_FAST2));
-    V p2 = VFMA(VSPLAT(MA_ERFC_HG_FAST5), t, VSPLAT(MA_ERFC_HG_FAST4));
-    V p3 = VFMA(VSPLAT(MA_ERFC_HG_FAST7), t, VSPLAT(MA_ERFC_HG_FAST6));
-    V p4 = VFMA(VSPLAT(MA_ERFC_HG_FAST9), t, VSPLAT(MA_ERFC_HG_FAST8));
-    V g = VFMA(VFMA(p4, t4, VFMA(p3, t2, p2)), t4, VFMA(p1, t2, p0));
-    return g * (ap2 * r);
+/* 0.5 G(t) for 0 <= b <= 12 (gelu's fast paths: degree 9, t in [-1, 0.62]).  Horner's order: Estrin's
+ * (a shorter chain) costs 1.2 ULP of gelu here. */
+MA_INLINE V ma_half_erfc_g_fast(V b) {
+    V t = ma_erfc_t(b);
+    V g = VSPLAT(MA_ERFC_HG_FAST9);
+    g = VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST8));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST7));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST6));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST5));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST4));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST3));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST2));
+    g = VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST1));
+    return VFMA(g, t, VSPLAT(MA_ERFC_HG_FAST0));
 }
 
 /* x*x = h + l exactly (Dekker's split; no FMA needed).  Valid for |x| < 1e19. */
@@ -191,10 +201,25 @@ MA_INLINE V ma_sq_lo(V x, V h) {
 #if defined(MA_ISA_SCALAR)
 MA_INLINE V ma_mul_err(V a, V b, V p) { return (float)((double)a * (double)b - (double)p); }
 MA_INLINE V ma_div_err(V x, V b, V q) { return (float)((double)x - (double)q * (double)b); }
+/* a b + c - p for p = a b + c rounded (c - p exact: the caller's c and p are within a factor 2 of each other,
+ * or c is 1 and p a float in [1, 2^24]). */
+MA_INLINE V ma_fma_err(V a, V b, V c, V p) { return (float)((double)a * (double)b + ((double)c - (double)p)); }
 #else
 MA_INLINE V ma_mul_err(V a, V b, V p) { return VFMA(a, b, -p); }
 MA_INLINE V ma_div_err(V x, V b, V q) { return VFMA(-q, b, x); }
+MA_INLINE V ma_fma_err(V a, V b, V c, V p) { return VFMA(a, b, c - p); }
 #endif
+
+/* num / (1 + sqrt2 b), b >= 0, to about 0.6 ulp: the denominator d = 1 + sqrt2 b carried as d + dlo (its
+ * rounding and sqrt2's), the quotient num / d corrected once by its exact residual (gelu's fast paths:
+ * a plain division by the rounded d costs 1.3 ULP of gelu). */
+MA_INLINE V ma_div_1p_sqrt2(V num, V b) {
+    V S2 = VSPLAT(1.41421356237309505f);
+    V d = VFMA(S2, b, ONE_F);
+    V dlo = VFMA(b, VSPLAT((float)(1.41421356237309505 - (double)1.41421356237309505f)), ma_fma_err(S2, b, ONE_F, d));
+    V r = ONE_F / d, q = num * r;
+    return VFMA(ma_div_err(num, d, q) - q * dlo, r, q);
+}
 
 /* The standard normal at x, for gelu: cdf and pdf sharing e^(-x^2/2) (scaled by sc).
  * left: x <= 0, where cdf = cdfK * sc; elsewhere cdf = 1 - (cdfK * sc) is returned as cdf_right. */
@@ -203,8 +228,8 @@ MA_INLINE void ma_normal_parts(V x, V *cdfK, V *pdfK, V *sc) {
     V h = xc * xc;
     V l = ma_sq_lo(xc, h);
     V eK = ma_expneg_k2(VSPLAT(-0.5f) * h, VSPLAT(-0.5f) * l, sc);
-    V a = ma_abs(xc) * VSPLAT(0.70710678118654752f);
-    *cdfK = VSPLAT(0.5f) * (eK * ma_erfc_q(a)); /* 0.5 erfc(|x|/sqrt2), scaled */
+    V b = ma_abs(xc);
+    *cdfK = ma_div_1p_sqrt2(VSPLAT(0.5f) * (eK * ma_erfc_g(ma_erfc_t(b))), b); /* 0.5 erfc(|x|/sqrt2), scaled */
     *pdfK = eK * VSPLAT(0.39894228040143268f);
 }
 

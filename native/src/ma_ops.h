@@ -114,10 +114,12 @@ MA_INLINE V op_celu_grad_y(V dy, V y, const ma_params *p) {
         if (VALL(in_)) return fast_##name(x, p);                                         \
         return VSEL(in_, fast_##name(VSEL(in_, x, ZERO), p), gen_##name(x, p));          \
     }
-#define MA_SPLIT_BINARY(name, zexpr, lim)                                               \
+#define MA_SPLIT_BINARY(name, zexpr, lim) MA_SPLIT_BINARY_IF(name, ma_abs(zexpr) <= VSPLAT(lim))
+/* The same with the fast body's domain as any mask expression in x and p. */
+#define MA_SPLIT_BINARY_IF(name, cond)                                                   \
     MA_INLINE VM in_##name(V dy, V x, const ma_params *p) {                              \
         (void)dy, (void)p;                                                               \
-        return ma_abs(zexpr) <= VSPLAT(lim);                                             \
+        return cond;                                                                     \
     }                                                                                    \
     MA_INLINE V op_##name(V dy, V x, const ma_params *p) {                               \
         VM in_ = in_##name(dy, x, p);                                                    \
@@ -255,16 +257,22 @@ MA_INLINE V ma_gate_fwd(V x, V z, V zlo) {
     V sm = VSEL(neg, eK * inv, inv);
     return GATED(x, sm) * VSEL(neg, sc, ONE);
 }
-/* dy * (s + ((xc * s) * sn) * k), s = sigmoid(z), sn = sigmoid(-z): one of s, sn carries sc. */
-MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
-    MA_SIG_PARTS2(z, zlo, eK, sc, inv);
+/* dy s (1 + w sn), s = sigmoid(z), sn = sigmoid(-z) = 1 - s, w = x dz/dx (z itself for swish's family) and
+ * wlo its rounding error (zlo z's), for any z (scaled tails, +-inf, NaN).  From e = e^-|z| = pK (1 + em)
+ * and i = 1 / (1 + e): the smaller of s, sn is pK (em i + i), without the rounding of 1 + em (in the tail
+ * z < 0 the result is about s (1 + w): s's error is the result's); for z < 0, 1 + w sn is taken as
+ * (1 + w) - w s (1 + w exact for |w| >= 1), which no error of sn reaches (the fast body's 1 + w e s
+ * carries sn's 1.5 ulp |w| / |1 + w| times: 6 ULP at x = -11.6 for swish's beta = 0.5).  Where the small
+ * side underflows to 0 the result is 0 (w may be infinite there). */
+MA_INLINE V ma_gate_grad(V dy, V z, V zlo, V w, V wlo) {
     VM neg = z < ZERO;
-    V small = eK * inv;
-    V sm = VSEL(neg, small, inv), snm = VSEL(neg, inv, small);
-    V t = ((xc * sm) * snm) * k;
-    V a = VSEL(neg, sm + t, sm + t * sc);
-    V g = dy * a;
-    return VSEL(neg, g * sc, g);
+    V sc, em, pK = ma_expneg_k2s(-ma_abs(z), VSEL(neg, zlo, -zlo), &sc, &em);
+    V i = ONE / (ONE + VFMA(pK, em, pK) * sc);
+    V small = pK * VFMA(em, i, i), sn_pos = small * sc; /* small: e / (1 + e), scaled by 1 / sc */
+    V inner_neg = VFMA(-w, sn_pos, ONE + w), inner_pos = VFMA(w, sn_pos, ONE);
+    V inner = VSEL(neg, VFMA(wlo, i, inner_neg), VFMA(wlo, sn_pos, inner_pos));
+    V g = dy * (VSEL(neg, small, i) * VSEL(sn_pos == ZERO, VSEL(neg, ONE + w, ONE), inner));
+    return VSEL(neg, VSEL(small == ZERO, small * dy, g * sc), g);
 }
 /* z = k x + zlo, ZLO(x, z) the rounding error of the product (and of the constant k, where it is not a
  * float: fast_gelu's 1.702), which the tail e^z would otherwise carry as |z| ULPs; the general bodies
@@ -290,10 +298,10 @@ MA_INLINE V ma_gate_grad(V dy, V xc, V z, V zlo, V k) {
     }                                                                                       \
     MA_INLINE V gen_##name##_grad(V dy, V x, const ma_params *p) {                          \
         (void)p;                                                                            \
-        V xc = ma_finite(x), z = xc * (kexpr);                                              \
-        return ma_gate_grad(dy, xc, z, MA_ZLO_GEN(ZLO, xc, z), (kexpr));                    \
+        V xc = ma_finite(x), z = xc * (kexpr), zlo = MA_ZLO_GEN(ZLO, xc, z);                \
+        return ma_gate_grad(dy, z, zlo, z, zlo);                                            \
     }                                                                                       \
-    MA_SPLIT_BINARY(name##_grad, x * (kexpr), 80.0f)
+    MA_SPLIT_BINARY_IF(name##_grad, MAND(ma_abs(x * (kexpr)) <= VSPLAT(80.0f), x >= VSPLAT(-10.0f)))
 #define MA_FAST_GELU_K 1.702f
 #define MA_FAST_GELU_KLO ((float)(1.702 - (double)MA_FAST_GELU_K)) /* 1.702 = K + KLO */
 #define MA_ZLO_SWISH(x, z) ma_mul_err((x), VSPLAT(p->a), (z))
@@ -361,8 +369,8 @@ MA_INLINE V gen_gelu_tanh_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V xc = ma_clampv(x, -1e5f, 1e5f);
     V dz = VSPLAT(GELU_TANH_2K) * (ONE + VSPLAT(3.0f * GELU_TANH_C) * (xc * xc));
-    V zlo, z = ma_gelu_tanh_z(xc, &zlo);
-    return ma_gate_grad(dy, xc, z, zlo, dz);
+    V zlo, z = ma_gelu_tanh_z(xc, &zlo), w = xc * dz;
+    return ma_gate_grad(dy, z, zlo, w, ma_mul_err(xc, dz, w));
 }
 MA_SPLIT_BINARY(gelu_tanh_grad, x, 9.0f)
 
@@ -371,10 +379,11 @@ MA_SPLIT_BINARY(gelu_tanh_grad, x, 9.0f)
  * ULPs of the result in the tail), unscaled. */
 /* c = 0.5 erfc(|x| / sqrt2) (the cdf's smaller side) and the pdf. */
 MA_INLINE V ma_normal_tail_fast(V x, V *pdf) {
-    V h = x * x;
-    V e = ma_exp_fast2(VSPLAT(-0.5f) * h, VSPLAT(0.5f) * ma_mul_err(x, x, h));
-    *pdf = e * VSPLAT(0.39894228040143268f);
-    return e * ma_half_erfc_q_fast(ma_abs(x));
+    V h = x * x, s;
+    V em = ma_exp_split(VSPLAT(-0.5f) * h, VSPLAT(0.5f) * ma_mul_err(x, x, h), &s); /* e = s (1 + em) */
+    *pdf = VFMA(s, em, s) * VSPLAT(0.39894228040143268f);
+    V b = ma_abs(x), g = ma_half_erfc_g_fast(b);
+    return ma_div_1p_sqrt2(s * VFMA(g, em, g), b); /* e G / (1 + sqrt2 b), not e rounded times q rounded */
 }
 /* x Phi(x) = x c (x <= 0) or x - x c (x > 0): not x (1 - c), whose rounding of 1 - c just above 0.5
  * would cost up to 4 ULP of a result at the top of its binade. */
