@@ -53,7 +53,7 @@ PYEOF
 }
 
 up_to_date() {
-    [ -x "$OUT" ] && [ -z "$(find native/src native/tests native/kernels.py multiact/ops.py scripts/test_native_harness.sh -newer "$OUT" \
+    [ -x "$OUT" ] && [ -z "$(find native/src native/tests native/kernels.py multiact/_opdefs.py multiact/optable.py scripts/test_native_harness.sh -newer "$OUT" \
         -type f -print -quit)" ]
 }
 (
