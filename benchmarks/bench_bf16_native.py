@@ -69,22 +69,29 @@ def main() -> None:
     tout = torch.empty_like(tx)
     print(f"# CPU: {_cpu()}; native isa {nb.info()['isa']}; torch {torch.__version__}; n={a.n}, 1 thread, "
           f"{a.rounds} interleaved rounds; load average before: {os.getloadavg()}")
-    print(f"{'op':<11} {'dir':<8} {'bf16 ms':>8} {'f16 ms':>8} {'torch ms':>9} {'bf16/f16':>9} {'bf16/torch':>11}")
+    print(f"{'op':<11} {'dir':<10} {'bf16 ms':>8} {'f16 ms':>8} {'torch ms':>9} {'bf16/f16':>9} {'bf16/torch':>11}")
     for op in a.ops.split(","):
         p = PARAMS.get(op, {})
         tf, tb = TORCH[op]
         y_t = torch.empty_like(tx)
         tf(torch, tx, y_t)
-        for direction in ("forward", "backward"):
+        # torch's sigmoid / tanh backward take y: native's y-form (backward_y) is that peer, timed beside its
+        # backward from x
+        yb = y_t.view(torch.int16).numpy().view(np.uint16).copy()
+        yh = np.empty(a.n, np.float16)
+        nb.kernel(op, "forward", "float16")(xh, yh, p)
+        directions = ("forward", "backward") + (("backward_y",) if nb.supports(op, "backward_y", "bfloat16") else ())
+        for direction in directions:
             kb, kh = nb.kernel(op, direction, "bfloat16"), nb.kernel(op, direction, "float16")
             if direction == "forward":
                 variants = {"bf16": lambda kb=kb, p=p: kb(xb, out16, p),
                             "f16": lambda kh=kh, p=p: kh(xh, out16.view(np.float16), p),
                             "torch": lambda tf=tf: tf(torch, tx, tout)}
             else:
-                # native's backward takes x (sigmoid, tanh: recomputed); torch's sigmoid/tanh backward take y
-                variants = {"bf16": lambda kb=kb, p=p: kb(dyb, xb, out16, p),
-                            "f16": lambda kh=kh, p=p: kh(dyh, xh, out16.view(np.float16), p),
+                # native's backward takes x (sigmoid, tanh: recomputed), backward_y takes y
+                ib, ih = (yb, yh) if direction == "backward_y" else (xb, xh)
+                variants = {"bf16": lambda kb=kb, p=p, ib=ib: kb(dyb, ib, out16, p),
+                            "f16": lambda kh=kh, p=p, ih=ih: kh(dyh, ih, out16.view(np.float16), p),
                             "torch": lambda tb=tb, y_t=y_t: tb(torch, tdy, tx, y_t, tout)}
             names = list(variants)
             times = {k: [] for k in names}
@@ -97,7 +104,7 @@ def main() -> None:
                     variants[k]()
                     times[k].append(time.perf_counter() - t0)
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-            print(f"{op:<11} {direction:<8} {med['bf16']:8.2f} {med['f16']:8.2f} {med['torch']:9.2f} "
+            print(f"{op:<11} {direction:<10} {med['bf16']:8.2f} {med['f16']:8.2f} {med['torch']:9.2f} "
                   f"{med['bf16'] / med['f16']:8.2f}x {med['bf16'] / med['torch']:10.2f}x", flush=True)
     print(f"# load average after: {os.getloadavg()}")
 
