@@ -223,14 +223,14 @@ def test_every_backend_module_satisfies_the_backend_protocol(name):
 
 
 def test_explain_reports_the_real_decision_for_every_input_kind():
-    """A tensor is not called a NumPy array; Dask is per chunk; bfloat16 tensors run (in float32)."""
+    """A tensor is not called a NumPy array; Dask is per chunk; bfloat16 tensors run (zero-copy, as bfloat16)."""
     torch = pytest.importorskip("torch")
     da = pytest.importorskip("dask.array")
     registry.clear_cache()
     t = ma.explain("gelu", torch.ones(3))
     assert t.startswith("gelu forward on torch CPU float32 tensors -> ") and "zero-copy" in t
     b = ma.explain("gelu", torch.ones(3, dtype=torch.bfloat16))
-    assert "bfloat16 tensors -> " in b and "cannot run" not in b
+    assert "bfloat16 tensors -> " in b and "cannot run" not in b and "zero-copy" in b
     ma.gelu(torch.ones(3, dtype=torch.bfloat16))  # and it does run
     d = ma.explain("gelu", da.ones(4, chunks=2, dtype=np.float32))
     assert "per chunk" in d and "NumPy float32 arrays -> " in d and "cannot run" not in d
