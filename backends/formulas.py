@@ -88,12 +88,14 @@ def _libm(f: FunctionType) -> FunctionType:
 T: Any = np.float32
 D = np.float64
 IS32 = True
+CPU64 = False
 ZERO = ONE = THREE = SIX = HALF = BIG = GCLAMP = INV_SQRT2 = INV_SQRT_2PI = Any
 ZCLAMP = SELU_SCALE = SELU_SA = FAST_K = GELU_K2 = GELU_C = Any
 TWO = FOUR = INF = TAIL = SC = L64_HI = L64_LO = SELU_SCALE_T = SELU_SA_T = Any
 TANH_CLAMP = EXP_MAGIC = EXP_LOG2E = EXP_LN2_HI = EXP_LN2_LO = EXP_P0 = EXP_P1 = EXP_P2 = EXP_P3 = EXP_P4 = EXP_P5 = Any
 FAST_K_HI = FAST_K_LO = GELU_K2_HI = GELU_K2_LO = GELU_C_HI = GELU_C_LO = GELU_C3 = GELU_FAR = Any
 SERIES: Any = ()
+ONE_D = HALF_D = INV_SQRT_2PI_D = Any
 _exp = _expm1 = _log1p = _tanh = _cosh = _erf = _erfc = _fma = _cuda = Any
 fma: Any = None
 
@@ -308,6 +310,9 @@ def gate_fwd(x, hi, lo):
 def gate_bwd(dy, xc, hi, lo, k):
     """dy * (s + ((xc * s) * sn) * k), s = sigmoid(z), sn = sigmoid(-z), z = hi + lo: one of s, sn carries the
     tail scale, which is applied last."""
+    if CPU64:  # numba's CPU build: s in float64 (relatively accurate in the tail), the rest too, one rounding
+        s64 = sigmoid64_hl(hi, lo)
+        return T(D(dy) * (s64 + ((D(xc) * D(k)) * s64) * (ONE_D - s64)))
     small, inv, sc, neg = sig_parts(hi, lo)
     s = small if neg else inv
     sn = inv if neg else small
@@ -649,6 +654,10 @@ def gelu(x, a, b):
 @_formula(("gelu", "backward"))
 def gelu_grad(dy, x, a, b):
     xc = GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x)
+    if CPU64:  # numba's CPU build: Phi and the pdf in float64 from the exact x^2 / 2 (the pdf is subnormal in
+        xd = D(xc)  # float32 below x = -13.2, where the result is not), one rounding
+        sh, sl = split64(xd * xd * HALF_D)
+        return T(D(dy) * (ncdf64(x) + xd * (INV_SQRT_2PI_D * exp64_hl(-sh, -sl))))
     return dy * (ncdf(x) + xc * npdf_hl(xc))
 
 
@@ -916,7 +925,10 @@ def constants(t: Any) -> dict[str, Any]:
     """The typed constants of the formulas and the libm math, in compute type t (np.float32 or np.float64)."""
     is32 = np.dtype(t) == np.float32
     return {
-        "T": t, "D": np.float64, "IS32": is32,
+        # CPU64: float32 formulas may take float64 steps (True only from numba_math's CPU namespace; never on CUDA)
+        "T": t, "D": np.float64, "IS32": is32, "CPU64": False,
+        "ONE_D": np.float64(1.0), "HALF_D": np.float64(0.5),
+        "INV_SQRT_2PI_D": np.float64(1.0 / math.sqrt(2.0 * math.pi)),
         "ZERO": t(0.0), "ONE": t(1.0), "THREE": t(3.0), "SIX": t(6.0), "HALF": t(0.5),
         "BIG": t(np.finfo(t).max), "GCLAMP": t(1e5),
         "INV_SQRT2": t(1.0 / math.sqrt(2.0)), "INV_SQRT_2PI": t(1.0 / math.sqrt(2.0 * math.pi)),

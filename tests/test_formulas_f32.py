@@ -74,3 +74,24 @@ def test_scaled_exponential_tail_is_relatively_accurate():
         got = np.float64(ek) * np.float64(sc)
         assert abs(got - want) <= 3 * 2.0**-24 * want, (u, got, want)  # about float32's normal-range accuracy
     assert ns.expk_hl(F32(-np.inf), F32(0.0))[0] == 0 and np.isnan(ns.expk_hl(F32(np.nan), F32(0.0))[0])
+
+
+def test_the_numba_cpu_fma_rounds_once():
+    """numba_math.cpu()'s fma (llvm.fma.f32, what the CPU build's two_prod uses) against exact fractions, and
+    the double-rounding case above, compiled in a loop."""
+    from multiact.backends import numba_math as NM
+    from numba import njit
+
+    fma = NM.cpu().fma
+
+    @njit
+    def run(ops, out):
+        for i in range(ops.shape[0]):
+            out[i] = fma(ops[i, 0], ops[i, 1], ops[i, 2])
+
+    ops = _operands(np.random.default_rng(23), 1000)
+    ops = np.concatenate([ops, np.array([[1 + 2**-12, 1 + 2**-12, 2.0**-60]], F32)])
+    out = np.empty(ops.shape[0], F32)
+    run(ops, out)
+    for (a, b, c), got in zip(ops, out, strict=True):
+        assert got == _nearest_f32(Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))), (a, b, c, got)
