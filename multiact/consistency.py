@@ -140,6 +140,22 @@ class Verdict:
         return "\n".join([head, *rows])
 
 
+# Where compare's cond(x) term (Tolerance.cond: celu, gelu, fast_gelu, swish, softplus, whose exponential's
+# argument x / alpha, x^2 / 2, k x, beta x rounded to the compute precision costs cond(x) eps relative in the
+# tail) is no longer allowed (issue 19): float32 on these backends' elementwise kernels, per op, where the
+# tails carry the argument's rounding error (native C, numba) or evaluate in float64 (numpy), measured within
+# 4 ulp on the subset and dense sweeps (`multiact check --subset|--dense`, benchmarks/results/accuracy-f32-*)
+# and passing the shared suite without it.  Still allowed: native softplus (z = beta x is rounded: 7.9 ulp at
+# beta = 0.3, x = -100 in the suite); float64 everywhere (libm on the rounded float64 argument); the cuda
+# backend's float32 formulas (the same pairs, but over libdevice's expf/erfcf: not re-verified on a GPU);
+# onnxruntime and other peers (their own formulas); float16 and bfloat16 (computed in float32 and rounded
+# once: the term is far inside their ulp, kept as their rule has it); the composites (gated, bias_act, second
+# order: numpy's composite paths evaluate the activation in float32).
+_COND_OPS = frozenset(n for n, s in OPS.items() if s.tol.cond is not None)
+COND_FREE_F32: dict[str, frozenset[str]] = {"numba": _COND_OPS, "numpy": _COND_OPS,
+                                            "native": _COND_OPS - {"softplus"}}
+
+
 def compare(
     got: np.ndarray,
     ref: np.ndarray,
@@ -150,10 +166,12 @@ def compare(
     params: dict[str, Any] | None = None,
     slack: np.ndarray | None = None,
     zero_sign: np.ndarray | None = None,
+    cond: bool = True,
 ) -> Verdict:
     """Judge `got` (in its dtype) against the float64 `ref` with the op's tolerance.  A composite op says
     more: `slack`, an absolute allowance per element (where its intermediate is subnormal), and
-    `zero_sign`, where a zero result must carry the reference's sign (instead of x = 0 or scale = 0)."""
+    `zero_sign`, where a zero result must carry the reference's sign (instead of x = 0 or scale = 0).
+    cond=False drops the op's cond(x) term (`COND_FREE_F32`: where the tails were measured without it)."""
     dtype = got.dtype
     tol = spec.tol
     g = got.astype(np.float64).reshape(-1)
@@ -176,7 +194,7 @@ def compare(
         bound = tol.ulp(dtype.name) * spacing + atol * eps * sc
         if slack is not None:
             bound = bound + np.asarray(slack, dtype=np.float64).reshape(-1)
-        if tol.cond is not None and direction != "backward_y":
+        if cond and tol.cond is not None and direction != "backward_y":
             cond = tol.cond(xs, _rounded(spec, params or {}, dtype)) if spec.name != "prelu" else 0.0
             bound = bound + np.where(np.isfinite(cond), cond, 0.0) * eps * np.abs(r)
         # Results below the smallest normal may be flushed or lose bits in subnormal intermediates.
@@ -247,13 +265,15 @@ def run_case(
     if op == "prelu":
         ref_params = {"weight": call_params["weight"].reshape(1, -1) if call_params["weight"].size > 1
                       else call_params["weight"].reshape(1, 1), "axis": 1}
+    cond = not (dtype == np.float32 and op in COND_FREE_F32.get(backend or "", ()))
     if direction == "forward":
         got = from_kind(ma.forward(op, to_kind(x_in), backend=backend, **call_params))
-        return compare(got, reference(spec, "forward", ref_params, dtype, x_in), x_in, spec, direction, params=params)
+        return compare(got, reference(spec, "forward", ref_params, dtype, x_in), x_in, spec, direction, params=params,
+                       cond=cond)
     if direction == "backward":
         got = from_kind(ma.backward(op, to_kind(dy), to_kind(x_in), backend=backend, **call_params))
         ref = reference(spec, "backward", ref_params, dtype, dy, x_in)
-        return compare(got, ref, x_in, spec, direction, scale=dy, params=params)
+        return compare(got, ref, x_in, spec, direction, scale=dy, params=params, cond=cond)
     if direction == "backward_y":
         with np.errstate(all="ignore"):
             y = np.asarray(reference(spec, "forward", ref_params, dtype, x_in)).astype(dtype)
