@@ -20,7 +20,9 @@ A math namespace provides `exp`, `expm1`, `tanh`, `sech2`, `sigmoid`,
 `softplus0`, `ncdf`, `npdf` in T; `*_hl(hi, lo)` variants that take their
 argument as an unevaluated sum hi + lo (e.g. beta * x from `two_prod`, so its
 rounding does not cost |x| ulp in exp); and `fma` (numba.cuda.fma on a GPU, an
-exact emulation in the simulator; numba CPU: from float64).  The float32
+exact emulation in the simulator; numba CPU: llvm.fma.f32).  numba_math's CPU
+namespace also sets `CPU64`: there the float32 formulas may take float64 steps
+(the x * sigmoid and gelu backward, rounded once), which the CUDA build never does.  The float32
 formulas are float32 arithmetic only (issue 22: a float64 op is 2x-32x slower
 on a GPU, and scripts/cuda_ptx_report.py fails any): where one rounding of a
 product or quotient matters they carry it as an error-free pair (`two_prod`,
