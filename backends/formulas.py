@@ -97,7 +97,7 @@ TWO = FOUR = INF = TAIL = SC = L64_HI = L64_LO = SELU_SCALE_T = SELU_SA_T = Any
 TANH_CLAMP = EXP_MAGIC = EXP_LOG2E = EXP_LN2_HI = EXP_LN2_LO = EXP_P0 = EXP_P1 = EXP_P2 = EXP_P3 = EXP_P4 = EXP_P5 = Any
 FAST_K_HI = FAST_K_LO = GELU_K2_HI = GELU_K2_LO = GELU_C_HI = GELU_C_LO = GELU_C3 = GELU_FAR = Any
 SERIES: Any = ()
-ONE_D = HALF_D = INV_SQRT_2PI_D = Any
+ZERO_D = ONE_D = HALF_D = INV_SQRT_2PI_D = Any
 _exp = _expm1 = _log1p = _tanh = _cosh = _erf = _erfc = _fma = _cuda = Any
 fma: Any = None
 
@@ -647,6 +647,9 @@ def fast_gelu_grad(dy, x, a, b):
 
 @_formula(("gelu", "forward"))
 def gelu(x, a, b):
+    if CPU64:  # numba's CPU build: x Phi(x) from the float64 Phi (relatively accurate to Phi ~ 1e-53), one rounding
+        p64 = ncdf64(x)
+        return ZERO if p64 == ZERO_D else T(D(x) * p64)
     if IS32 and x < -GELU_FAR:  # Phi(x) is subnormal below -12.9, x Phi(x) is not: x Phi(x) = -pdf(x) S(1 / x^2),
         r = ONE / (x * x)  # S = 1 - r + 3r^2 - 15r^3 + 105r^4 (Mills' series; the next term, 945 r^5, < 1e-8)
         return ZERO - npdf_hl(x) * (ONE - r * (ONE - r * (THREE - r * (T(15.0) - r * T(105.0)))))
@@ -929,7 +932,7 @@ def constants(t: Any) -> dict[str, Any]:
     return {
         # CPU64: float32 formulas may take float64 steps (True only from numba_math's CPU namespace; never on CUDA)
         "T": t, "D": np.float64, "IS32": is32, "CPU64": False,
-        "ONE_D": np.float64(1.0), "HALF_D": np.float64(0.5),
+        "ZERO_D": np.float64(0.0), "ONE_D": np.float64(1.0), "HALF_D": np.float64(0.5),
         "INV_SQRT_2PI_D": np.float64(1.0 / math.sqrt(2.0 * math.pi)),
         "ZERO": t(0.0), "ONE": t(1.0), "THREE": t(3.0), "SIX": t(6.0), "HALF": t(0.5),
         "BIG": t(np.finfo(t).max), "GCLAMP": t(1e5),
