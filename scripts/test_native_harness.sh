@@ -6,6 +6,8 @@
 # HARNESS_SAMPLE=1: only native/kernels.py's sample() (plus prelu and the parameter gradients), which runs
 # every loop and vector-layer macro at a fraction of the compile time (SIMDe builds are slow: measured in
 # tests/results/native-harness-full.txt).
+# HARNESS_TWIN=ISA (e.g. avx2 for avx512 or avx512-simde): that ISA's kernels built in too, and every kernel's
+# outputs compared with its twin's bit for bit (the bias_act sums within their bound).
 # Extra compiler flags come from HARNESS_CFLAGS (e.g. -fsanitize=address,undefined).
 # bfloat16: every kernel with HARNESS_BF16=all (the default for neon, which only this harness runs), else one
 # kernel per list and kinds of bodies (native/kernels.py's bf16_representatives: the bfloat16 code is the same
@@ -52,7 +54,7 @@ SAMPLE=$([ "${HARNESS_SAMPLE:-0}" = 1 ] && echo --sample || true)
 # under load 2-5: -O1 before bfloat16 69 s; -O0 with every bfloat16 kernel 73 s; -O0 with the representatives
 # 44 s (the run itself ~1.2 s at -O0).
 FLAGS="${HARNESS_OPT:-$OPT} -std=gnu11 -ffp-contract=off -fno-math-errno -Wall -Wno-unknown-pragmas $STATIC $SIMDE ${HARNESS_CFLAGS:-}"
-KEY=$(printf '%s' "$CC $FLAGS $HARNESS_BF16 $SAMPLE" | cksum | cut -d' ' -f1)
+KEY=$(printf '%s' "$CC $FLAGS $HARNESS_BF16 $SAMPLE ${HARNESS_TWIN:-}" | cksum | cut -d' ' -f1)
 DIR=native/_build/harness_${ISA_ARG}_$(basename "$CC")${SAMPLE:+_sample}_$KEY
 OUT=$DIR/harness
 mkdir -p "$DIR"
@@ -76,14 +78,17 @@ PYEOF
     # one object per source, the ISA's kernels in the extension's parts (kernels.py PARTS; one unit for the
     # sample), compiled HARNESS_JOBS (default: the CPUs) at a time
     local srcs="native/tests/harness.c native/src/isa_scalar.c native/src/ma_runtime.c native/src/ma_pool.c"
-    if [ -n "$SAMPLE" ]; then
-        srcs="$srcs native/src/isa_$ISA.c"
-    else
-        for part in $(seq 0 $(( $("$PY" -c 'import re; print(re.search(r"^PARTS = (\d+)", open("native/kernels.py").read(), re.M)[1])') - 1 ))); do
-            printf '#define MA_PART %d\n#include "isa_%s.c"\n' "$part" "$ISA" > "$gen/isa_${ISA}_p$part.c"
-            srcs="$srcs $gen/isa_${ISA}_p$part.c"
-        done
-    fi
+    local unit
+    for unit in "$ISA" ${HARNESS_TWIN:-}; do
+        if [ -n "$SAMPLE" ]; then
+            srcs="$srcs native/src/isa_$unit.c"
+        else
+            for part in $(seq 0 $(( $("$PY" -c 'import re; print(re.search(r"^PARTS = (\d+)", open("native/kernels.py").read(), re.M)[1])') - 1 ))); do
+                printf '#define MA_PART %d\n#include "isa_%s.c"\n' "$part" "$unit" > "$gen/isa_${unit}_p$part.c"
+                srcs="$srcs $gen/isa_${unit}_p$part.c"
+            done
+        fi
+    done
     export CC FLAGS gen ISA
     # shellcheck disable=SC2016,SC2086
     printf '%s\n' $srcs | xargs -P "${HARNESS_JOBS:-$(nproc 2>/dev/null || echo 2)}" -I{} sh -c \

@@ -11,7 +11,9 @@
  * bfloat16 kernels besides, on both paths: bit for bit their float32 twin (same ISA) on the widened inputs,
  * rounded by ma_half.h's ma_f2bf (NaN payloads included), which checks the vector loads and stores.
  * Bits: every short n (tails) and a streaming-store call (from an unaligned output) give the bits of
- * the long run, and no call writes past its n elements (masked tail stores).
+ * the long run, and no call writes past its n elements (masked tail stores).  With a twin ISA
+ * (HARNESS_TWIN=avx2 for avx512: the table's HK_TWIN, HG_TWIN, HB_TWIN) every kernel's outputs are the
+ * twin's bits (the bias_act sums, added in another order, only within their bound).
  * The thread pool: helpers compute in the caller's flush-to-zero mode. */
 #include <math.h>
 #include <stdio.h>
@@ -239,6 +241,14 @@ static int check_elementwise(const hk_t *k) {
         printf("  %s: %d calls wrote past their n elements\n", k->name, clobbered - clob);
         bad++;
     }
+#if defined(HARNESS_TWIN_NAME)
+    run(k, HK_TWIN[k - HK], xin, N, part);
+    for (size_t i = 0; i < N; i++)
+        if (memcmp(&part[i], &got[i], 4) != 0 && !(isnan(part[i]) && isnan(got[i]))) {
+            if (bad < 3) printf("  %s: x=%.9g: %.9g, %s's %.9g\n", k->name, xin[i], got[i], HARNESS_TWIN_NAME, part[i]);
+            bad++;
+        }
+#endif
     return bad;
 }
 
@@ -430,6 +440,14 @@ static int check_gated(const hg_t *k) {
                 bad++;
             }
         }
+#if defined(HARNESS_TWIN_NAME)
+        gated_call(k, HG_TWIN[k - HG][0], HG_TWIN[k - HG][1], k->dt, k->dt, GL_TWO, N, lim, y0, g0, u0);
+        for (size_t i = 0; i < N; i++)
+            if (!same_bits(y0[i], y1[i]) || !same_bits(g0[i], g1[i]) || !same_bits(u0[i], u1[i])) {
+                if (bad < 3) printf("  %s lim=%d: differs from %s's at %zu\n", k->name, lim, HARNESS_TWIN_NAME, i);
+                bad++;
+            }
+#endif
         /* every layout and every short n: the bits of the long two-input run */
         for (int lay = GL_TWO; lay < GL_N; lay++)
             for (size_t n = 1; n <= (lay == GL_TWO ? 40u : N); n = n < 40 ? n + 1 : N) {
@@ -559,6 +577,19 @@ static int check_bias(const hb_t *k) {
                 }
             }
             if (k->dt == DT_BF16) bad += bias_bits(k, lay, lim);
+#if defined(HARNESS_TWIN_NAME)
+            {
+                static float yt[N], dt_[N], ft[N];
+                double st[2 * BC_MAX] = {0};
+                bias_call(k, HB_TWIN[k - HB][0], HB_TWIN[k - HB][1], k->dt, k->dt, lay, lim, 1, yt, dt_, ft, st);
+                for (size_t e = 0; e < n; e++)
+                    if (!same_bits(yt[e], y1[e]) || !same_bits(dt_[e], d1[e]) || !same_bits(ft[e], f1[e])) {
+                        if (bad < 3) printf("  %s layout %d lim=%d: differs from %s's at %zu\n", k->name, lay, lim,
+                                            HARNESS_TWIN_NAME, e);
+                        bad++;
+                    }
+            }
+#endif
             if (lay == BL_FULL) continue;
             /* the sums: within the bound of the elements (finite ones; a NaN b makes its channel's sums NaN) */
             double mag = 0.0;
@@ -609,7 +640,12 @@ int main(void) {
     }
     if (check_prelu()) failed++;
     if (check_pool_flush_mode()) failed++;
-    printf("harness %s%s: %d kernels + %d gated pairs + %d bias_act pairs + prelu + pool, %d failed\n",
-           STR(HARNESS_ISA), HOST_NOTE, total, gtotal, btotal, failed);
+#if defined(HARNESS_TWIN_NAME)
+#define TWIN_NOTE ", each bit for bit against " HARNESS_TWIN_NAME
+#else
+#define TWIN_NOTE ""
+#endif
+    printf("harness %s%s: %d kernels + %d gated pairs + %d bias_act pairs + prelu + pool%s, %d failed\n",
+           STR(HARNESS_ISA), HOST_NOTE, total, gtotal, btotal, TWIN_NOTE, failed);
     return failed != 0;
 }
