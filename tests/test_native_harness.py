@@ -124,7 +124,7 @@ def test_the_sample_runs_every_signature_and_both_kinds_of_loop():
 
 
 def test_avx512_kernels_against_scalar_on_a_sample():
-    """The default run: the sample (about 35 s of CPU to build under SIMDe on Zen 3 at load 5, a second to run)."""
+    """The default run: the sample (under SIMDe on Zen 3: 33 s of CPU to build and run, 41 s wall at load 3-4)."""
     _avx512_harness(sample=True)
 
 
