@@ -1,7 +1,8 @@
-"""The `native` backend: C kernels (scalar, AVX2+FMA+F16C, NEON) built by cffi into multiact._native.
+"""The `native` backend: C kernels (scalar, AVX2+FMA+F16C, AVX-512 F+BW+DQ+VL, NEON) built by cffi into
+multiact._native.
 
-The ISA is chosen once per process: the best one this CPU runs, or MULTIACT_NATIVE_ISA
-(scalar|avx2|neon) to force one.  The kernel table is embedded in the extension (generated
+The ISA is chosen once per process: the best one this CPU (and, for AVX-512, the OS) runs, or
+MULTIACT_NATIVE_ISA (scalar|avx2|avx512|neon) to force one.  The kernel table is embedded in the extension (generated
 from native/kernels.py), so this module never guesses a symbol.  Calls release the GIL; large
 contiguous calls are split over a pthread pool (multiact.get_num_threads()); inputs that are
 not contiguous in the same order as `out` are streamed through cache-sized blocks, so an
@@ -26,7 +27,7 @@ PRIORITY = 30
 KINDS = ("numpy",)
 
 ISA_ENV = "MULTIACT_NATIVE_ISA"
-_PREFERENCE = ("avx2", "neon", "scalar")  # best first
+_PREFERENCE = ("avx512", "avx2", "neon", "scalar")  # best first
 _BLOCK = 1 << 14
 _ELSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _CTYPE = {"float32": "float[]", "float16": "uint16_t[]", "bfloat16": "uint16_t[]"}
@@ -48,11 +49,15 @@ def _load() -> dict[str, Any]:
     rows = [line.split() for line in ffi.string(lib.ma_kernel_table()).decode().splitlines()]
     built = sorted({r[4] for r in rows}, key=_PREFERENCE.index)
     runs = [isa for isa in built if lib.ma_isa_supported(isa.encode())]
+    # why each built ISA this machine cannot run is left out (`multiact info` shows it)
+    not_run = {isa: ffi.string(lib.ma_isa_why(isa.encode())).decode() for isa in built if isa not in runs}
     forced = os.environ.get(ISA_ENV, "").strip().lower()
     if forced:
         if forced not in runs:
-            why = "is not built into this extension" if forced not in built else "is not supported by this CPU"
-            _state.update(ok=False, why=f"{ISA_ENV}={forced!r} {why}; this machine runs: {', '.join(runs)}")
+            why = ("is not built into this extension" if forced not in built
+                   else f"is not supported by this machine ({not_run[forced]})")
+            _state.update(ok=False, why=f"{ISA_ENV}={forced!r} {why}; this machine runs: {', '.join(runs)}",
+                          not_run=not_run)
             return _state
         isa = forced
     else:
@@ -63,8 +68,9 @@ def _load() -> dict[str, Any]:
             table[(key, direction, dtype)] = (
                 cname, symbol, signature, () if params == "-" else tuple(params.split(",")), int(cost)
             )
-    _state.update(ok=True, why=f"C kernels, {isa}" + (" (forced)" if forced else ""), lib=lib, ffi=ffi, isa=isa,
-                  isas=runs, table=table)
+    skipped = "".join(f"; {name} not run here: {why}" for name, why in not_run.items())
+    _state.update(ok=True, why=f"C kernels, {isa}" + (" (forced)" if forced else "") + skipped, lib=lib, ffi=ffi,
+                  isa=isa, isas=runs, not_run=not_run, table=table)
     return _state
 
 
@@ -76,10 +82,10 @@ def available() -> tuple[bool, str]:
 def info() -> dict:
     s = _load()
     if not s["ok"]:
-        return {"isa": None}
+        return {"isa": None, **({"isas_not_run": s["not_run"]} if "not_run" in s else {})}
     from multiact import get_num_threads
 
-    return {"isa": s["isa"], "isas": s["isas"], "thread_pool": "pthreads",
+    return {"isa": s["isa"], "isas": s["isas"], "isas_not_run": s["not_run"], "thread_pool": "pthreads",
             "threads": get_num_threads(), "parallel_min": int(s["lib"].ma_get_parallel_min())}
 
 

@@ -6,7 +6,7 @@ standard library, so the cffi builder can run before multiact or NumPy exist).  
 the extension) and by the tests (which run every row).
 
 C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sigmoid_grad_y__neon`,
-`ma_bf16_silu__scalar`.
+`ma_bf16_silu__scalar`, `ma_f32_silu__avx512`.
 An op's elementwise kernels are its kernel keys (forward), `<key>_grad` or the op's shared backward
 kernel, and `<key>_grad_y` for a backward of its own from the output; an op with an array parameter
 (prelu) and the parameter gradients have signatures of their own.
@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 # Storage dtypes: float16 and bfloat16 are loaded into float32, computed there and rounded once on the store.
 DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
-ISAS_BY_ARCH = {"x86_64": ("scalar", "avx2"), "aarch64": ("scalar", "neon")}
+ISAS_BY_ARCH = {"x86_64": ("scalar", "avx2", "avx512"), "aarch64": ("scalar", "neon")}
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
@@ -229,44 +229,87 @@ def _parts(entries: list[tuple[str, int]]) -> list[str]:
     return [f"    MA_P{part[text]}({text})" for text, _ in entries]
 
 
-def bf16_representatives() -> frozenset[str]:
+def bf16_representatives(within: frozenset[str] | None = None) -> frozenset[str]:
     """One C kernel (a composite's by its forward name) per list and kinds of its bodies: the bfloat16 kernels
     the C harness builds by default.  Their bfloat16 code is the same macro text for every kernel of a list
     (ma_kernels.inc: LD_bf16 / ST_bf16 / ST2_bf16 / SS_bf16 around the float32 body), and each is checked bit
     for bit against its float32 kernel, whose body the harness checks for every kernel; so one kernel per
     (list, split or plain bodies) covers every bfloat16-specific path of an ISA (steps, single vectors, tails,
     heads, streaming, pairs).  tests/test_native_bf16.py runs every bfloat16 kernel the same way on the
-    host's ISAs; scripts/test_neon_qemu.sh builds them all (HARNESS_BF16=all)."""
+    host's ISAs; scripts/test_neon_qemu.sh builds them all (HARNESS_BF16=all).  within: pick among these C
+    names only (the harness's sample)."""
     split = split_kernels()
+    ok = (lambda n: True) if within is None else (lambda n: n in within)
     pick: dict[tuple, str] = {}
-    for n in UNARY:
+    for n in filter(ok, UNARY):
         pick.setdefault(("unary", n in split), n)
-    for n in BINARY:
+    for n in filter(ok, BINARY):
         pick.setdefault(("binary", n in split), n)
     for f, _, af, ab in family_bodies():
-        pick.setdefault(("gated", af in split, ab in split), f)
+        if ok(f):
+            pick.setdefault(("gated", af in split, ab in split), f)
     for f, _, af, ab in bias_bodies():
-        pick.setdefault(("bias_act", af in split, ab in split), f)
+        if ok(f):
+            pick.setdefault(("bias_act", af in split, ab in split), f)
     return frozenset(pick.values())
 
 
-def x_macro_header(bf16: frozenset[str] | None = None) -> str:
-    """ma_kernel_list.h: the elementwise kernels for the C side, MA_UNARY(name, kind) /
-    MA_BINARY(name, kind) with kind `split` (has a fast path) or `plain`, and the gated kernels, each in
-    the part (MA_P<i>) of the translation unit that compiles it; the *_BF16 lists: those whose bfloat16
-    kernels are built, every one (bf16=None, the extension) or the C names in bf16 (the C harness)."""
+def _kinds() -> dict[str, str]:
+    """C kernel name -> `split` (has a fast path) or `plain`, for the elementwise kernels and bodies."""
     split = split_kernels()
     unknown = split - set(UNARY) - set(BINARY)
     if unknown:
         raise ValueError(f"ma_ops.h splits kernels the table lacks: {sorted(unknown)}")
     kind = {n: "split" if n in split else "plain" for n in (*UNARY, *BINARY)}
-    entries = [(f"MA_UNARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in UNARY]
-    entries += [(f"MA_BINARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in BINARY]
-    gated = [(f"MA_GATED({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 6 + 3 * (kind[af] == "split"))
-             for f, b, af, ab in family_bodies()]
     kind.update({n: "plain" for n in _LINEAR_BODIES.values()})
+    return kind
+
+
+def sample() -> frozenset[str]:
+    """A small set of C kernel names that still runs every loop of ma_kernels.inc and every macro of a
+    vector layer: the cheapest kernel (COST, then table order) of each signature, direction and kind of
+    its body (split or plain; a composite's is its activation's forward body).  The C harness under SIMDe's
+    AVX-512 emulation compiles only these in the default test run (the whole table takes many minutes
+    there); prelu and the parameter gradients are always compiled (the first part, MA_PART_FIRST)."""
+    kind = _kinds()
+    pairs = {f: (b, af) for f, b, af, _ in family_bodies() + bias_bodies()}
+    best: dict[tuple[str, str, str], tuple[int, int, tuple[str, ...]]] = {}
+    for order, (_, _, direction, name, sig) in enumerate(_rows()):
+        if name in pairs:  # a composite's forward and backward are one X-macro entry: chosen together
+            b, af = pairs[name]
+            group, cand = (sig, "both", kind[af]), (COST.get(name, 1) + COST.get(b, 1), order, (name, b))
+        elif name in kind:
+            group, cand = (sig, direction, kind[name]), (COST.get(name, 1), order, (name,))
+        else:
+            continue
+        best[group] = min(best.get(group, cand), cand)
+    names = {n for _, _, chosen in best.values() for n in chosen}
+    # a backward_y kernel's input y comes from its key's forward kernel (the harness's scalar twin)
+    return frozenset(names | {cname(key, "forward") for _, key, direction, name, _ in _rows()
+                              if direction == "backward_y" and name in names})
+
+
+def harness_selection(sampled: bool, bf16_all: bool) -> tuple[frozenset[str] | None, frozenset[str] | None]:
+    """(bf16, only) of the C harness's build (x_macro_header's arguments; None: all): if `sampled`, only
+    sample()'s kernels; bfloat16 kernels: all of those, or (the default) bf16_representatives among them."""
+    only = sample() if sampled else None
+    return (None if bf16_all and only is None else only if bf16_all else bf16_representatives(only)), only
+
+
+def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | None = None) -> str:
+    """ma_kernel_list.h: the elementwise kernels for the C side, MA_UNARY(name, kind) /
+    MA_BINARY(name, kind) with kind `split` (has a fast path) or `plain`, and the gated kernels, each in
+    the part (MA_P<i>) of the translation unit that compiles it; the *_BF16 lists: those whose bfloat16
+    kernels are built, every one (bf16=None, the extension) or the C names in bf16 (the C harness).
+    With `only`, just those C names (prelu and the parameter gradients are not in the lists)."""
+    kind = _kinds()
+    keep = (lambda n: True) if only is None else (lambda n: n in only)
+    entries = [(f"MA_UNARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in UNARY if keep(n)]
+    entries += [(f"MA_BINARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in BINARY if keep(n)]
+    gated = [(f"MA_GATED({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 6 + 3 * (kind[af] == "split"))
+             for f, b, af, ab in family_bodies() if keep(f)]
     bias = [(f"MA_BIAS({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 4 + 2 * (kind[af] == "split"))
-            for f, b, af, ab in bias_bodies()]
+            for f, b, af, ab in bias_bodies() if keep(f)]
     wrapped = _parts(entries + gated + bias)
     guards = "".join(f"#if !defined(MA_PART) || MA_PART == {i}\n#define MA_P{i}(k) k\n"
                      f"#else\n#define MA_P{i}(k)\n#endif\n" for i in range(PARTS))

@@ -2,9 +2,12 @@
 and the built extension itself under the sanitizers.
 
 Each runs a script of scripts/ (usable by hand too); a missing tool is a skip that says what to install.
-The default run (CI) builds the host SIMD harness only: NEON under qemu, the sanitizers and valgrind each
-rebuild every kernel (minutes on 2 cores since the gated kernels doubled the table) and run with
-MULTIACT_TEST_FULL=1; their last results are in tests/results/native-harness-full.txt.
+The default run (CI) builds the host SIMD harness and the avx512 harness on a sample of the kernel table
+(native/kernels.py's sample(): every loop and vector-layer macro, prelu and the parameter gradients): on
+AVX-512 hardware the real kernels, elsewhere built against SIMDe's AVX-512 emulation (pip install
+cmeel-simde), whose whole-table build takes many minutes.  NEON under qemu, the sanitizers, valgrind and
+the whole avx512 table each rebuild every kernel (minutes on 2 cores since the gated kernels doubled the
+table) and run with MULTIACT_TEST_FULL=1; their last results are in tests/results/native-harness-full.txt.
 """
 
 from __future__ import annotations
@@ -44,6 +47,41 @@ def _avx2() -> bool:
         return False
 
 
+def _avx512() -> bool:
+    """The CPU runs the avx512 kernels (Linux lists these flags only where the OS enabled the ZMM state)."""
+    try:
+        flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                      if ln.startswith("flags")), [])
+    except OSError:
+        return False
+    return {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags)
+
+
+def _simde_include() -> str | None:
+    """SIMDe's headers (0.8: PyPI's cmeel-simde), or SIMDE_INCLUDE; as scripts/test_native_harness.sh finds them."""
+    import site
+
+    dirs = [os.environ["SIMDE_INCLUDE"]] if os.environ.get("SIMDE_INCLUDE") else [
+        os.path.join(d, "cmeel.prefix", "include") for d in [*site.getsitepackages(), site.getusersitepackages(),
+                                                            *sys.path]]
+    return next((d for d in dirs if os.path.exists(os.path.join(d, "simde", "x86", "avx512.h"))), None)
+
+
+def _avx512_harness(sample: bool) -> None:
+    """The avx512 kernels against scalar: the real ones where the CPU has AVX-512, else under SIMDe."""
+    if not X86 or not _avx2():
+        pytest.skip("the avx512 harness needs an x86-64 host with AVX2 (SIMDe emulates AVX-512 on it)")
+    if _avx512():
+        isa = "avx512"
+    elif _simde_include():
+        isa = "avx512-simde"
+    else:
+        pytest.skip("no AVX-512 here and no SIMDe headers: pip install cmeel-simde (the test extra has it)")
+    # the whole table also against the avx2 kernels, bit for bit (HARNESS_TWIN: the avx2 build on top)
+    _run("bash", "scripts/test_native_harness.sh", isa, "gcc",
+         env={"HARNESS_SAMPLE": "1" if sample else "0", "HARNESS_TWIN": "" if sample else "avx2"})
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _compiler():
     if shutil.which("gcc") is None:
@@ -53,6 +91,47 @@ def _compiler():
 @pytest.mark.skipif(not (X86 and _avx2()), reason="the host has no AVX2")
 def test_avx2_kernels_against_scalar():
     _run("bash", "scripts/test_native_harness.sh", "avx2", "gcc")
+
+
+def _kernels_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("_harness_kernels_table", ROOT / "native" / "kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_sample_runs_every_signature_and_both_kinds_of_loop():
+    """The sample stands for the table: each signature of the lists, in every direction, with a fast-path
+    (split) and a plain body where the table has both; a composite's forward and backward together."""
+    K = _kernels_module()
+    sample, split = K.sample(), K.split_kernels()
+    bodies = {f: af for f, _, af, _ in K.family_bodies() + K.bias_bodies()}
+    bodies.update({b: af for _, b, af, _ in K.family_bodies() + K.bias_bodies()})
+    rows = {(k.signature, k.direction, k.cname) for k in K.table("x86_64") if k.isa == "scalar"}
+    listed = [(sig, d, n) for sig, d, n in rows if n in set(K.UNARY) | set(K.BINARY) | set(K.GATED) | set(K.BIAS)]
+    for group in {(sig, d, bodies.get(n, n) in split) for sig, d, n in listed}:
+        assert any((sig, d, bodies.get(n, n) in split) == group for sig, d, n in listed if n in sample), group
+    for f, b, _, _ in K.family_bodies() + K.bias_bodies():
+        assert (f in sample) == (b in sample), f
+    assert len(sample) < len(listed) / 4
+    header = K.x_macro_header(only=sample)  # the harness's kernel list: the sample and nothing else
+    elementwise = [n for n in sample if n in K.UNARY or n in K.BINARY]
+    assert all(f"({n}, " in header for n in elementwise)
+    assert header.count("MA_UNARY(") + header.count("MA_BINARY(") == len(elementwise)
+
+
+def test_avx512_kernels_against_scalar_on_a_sample():
+    """The default run: the sample (under SIMDe on Zen 3: 33 s of CPU to build and run, 41 s wall at load 3-4)."""
+    _avx512_harness(sample=True)
+
+
+@long_build
+def test_avx512_kernels_against_scalar():
+    """Every avx512 kernel, and each bit for bit against its avx2 twin (under SIMDe: many minutes of compile)."""
+    _avx512_harness(sample=False)
 
 
 @long_build

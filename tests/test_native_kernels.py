@@ -35,7 +35,7 @@ def _kernels_module():
 
 K = _kernels_module()
 ISAS = [isa for isa in K.isas() if lib.ma_isa_supported(isa.encode())]
-WIDTH = {"scalar": 1, "avx2": 8, "neon": 4}
+WIDTH = {"scalar": 1, "avx2": 8, "avx512": 16, "neon": 4}
 CT = {"float32": "float[]", "float16": "uint16_t[]"}
 # Parameter corners beyond the shared suite's: negative alpha (celu's exp of a positive
 # argument), tiny and large beta.
@@ -294,6 +294,29 @@ def test_forced_isa_is_used_and_a_missing_one_is_refused():
     missing = "neon" if "avx2" in K.isas() else "avx2"
     ok, _, why = _backend_in_subprocess(missing).strip().split("|")
     assert ok == "False" and "MULTIACT_NATIVE_ISA" in why and missing in why
+    for isa in set(K.isas()) - set(ISAS):  # built but not run here (avx512 on a CPU without it): the reason
+        reason = ffi.string(lib.ma_isa_why(isa.encode())).decode()
+        ok, _, why = _backend_in_subprocess(isa).strip().split("|")
+        assert ok == "False" and reason and reason in why and "not supported by this machine" in why
+
+
+def test_avx512_needs_every_cpuid_bit_and_the_os_zmm_state():
+    """The avx512 decision (ma_x86_avx512_why, fed CPUID and XCR0 words of CPUs this machine is not): F, BW,
+    DQ and VL in CPUID leaf 7 EBX, OSXSAVE, and XCR0 with the opmask and ZMM state (bits 5-7) and SSE/AVX (1-2)."""
+    def why(ecx1, ebx7, xcr0):
+        return ffi.string(lib.ma_x86_avx512_why(ecx1, ebx7, xcr0)).decode()
+
+    f, dq, bw, vl, osxsave, full = 1 << 16, 1 << 17, 1 << 30, 1 << 31, 1 << 27, 0xE7
+    assert why(osxsave, f | dq | bw | vl, full) == ""
+    assert why(osxsave, f | dq | bw | vl, 0x2E7) == ""  # other state components do not matter
+    assert "AVX512F" in why(osxsave, dq | bw | vl, full)
+    assert "AVX512BW" in why(osxsave, f | dq | vl, full)
+    assert "AVX512DQ" in why(osxsave, f | bw | vl, full)
+    assert "AVX512VL" in why(osxsave, f | dq | bw, full)
+    assert "OSXSAVE" in why(0, f | dq | bw | vl, full)
+    for missing in (5, 6, 7, 1, 2):  # the OS enabled AVX but not the opmask / ZMM state (or less)
+        assert "XCR0" in why(osxsave, f | dq | bw | vl, full & ~(1 << missing))
+    assert (lib.ma_isa_supported(b"avx512") == 1) == ("avx512" in ISAS)
 
 
 def test_backend_reports_isa_and_float64_is_left_to_others():

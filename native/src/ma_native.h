@@ -59,6 +59,10 @@ void ma_parallel_for(size_t nchunks, ma_chunk_fn body, void *ctx, int nthreads);
  * n x cost is below ma_get_parallel_min(), else a few per thread. */
 size_t ma_chunks_for(size_t n, unsigned cost, int nthreads);
 int ma_isa_supported(const char *isa);
+/* Why this machine cannot run isa's kernels ("" when it can: CPU features, and for avx512 the OS state). */
+const char *ma_isa_why(const char *isa);
+/* The avx512 decision from CPUID leaf 1 ECX, leaf 7 EBX and XCR0 ("" when they allow it); any architecture. */
+const char *ma_x86_avx512_why(unsigned leaf1_ecx, unsigned leaf7_ebx, unsigned long long xcr0);
 void ma_set_parallel_min(size_t work);
 size_t ma_get_parallel_min(void);
 /* One elementwise call of n elements; cost: the kernel's time per element relative to relu's

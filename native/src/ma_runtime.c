@@ -14,26 +14,69 @@
 #include <sys/auxv.h>
 #endif
 
-int ma_isa_supported(const char *isa) {
-    if (strcmp(isa, "scalar") == 0) return 1;
+/* Why avx512 cannot run ("" when it can), from CPUID leaf 1 ECX, leaf 7 (subleaf 0) EBX and XCR0: the
+ * kernels need AVX-512 F, BW, DQ and VL, and the OS must save the opmask and ZMM state (XCR0 bits 5-7)
+ * with the SSE and AVX state (bits 1-2), which it shows by setting OSXSAVE.  Pure: the tests feed it
+ * words of CPUs this machine is not. */
+const char *ma_x86_avx512_why(unsigned leaf1_ecx, unsigned leaf7_ebx, unsigned long long xcr0) {
+    static const struct { unsigned bit; const char *why; } need[] = {
+        {16, "the CPU has no AVX-512 (CPUID leaf 7 EBX: no AVX512F)"},
+        {30, "CPUID leaf 7 EBX: no AVX512BW"},
+        {17, "CPUID leaf 7 EBX: no AVX512DQ"},
+        {31, "CPUID leaf 7 EBX: no AVX512VL"},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (!(leaf7_ebx >> need[i].bit & 1u)) return need[i].why;
+    if (!(leaf1_ecx >> 27 & 1u)) return "the OS has not enabled XSAVE (CPUID leaf 1 ECX: no OSXSAVE)";
+    if ((xcr0 & 0xe6u) != 0xe6u)
+        return "the OS does not save the AVX-512 register state (XCR0 bits 5-7 opmask/ZMM, 1-2 SSE/AVX)";
+    return "";
+}
+
 #if defined(__x86_64__)
-    if (strcmp(isa, "avx2") == 0) {
-        unsigned a, b, c, d;
-        __builtin_cpu_init();
-        if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return 0; /* F16C */
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+static int x86_avx2(void) {
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 29))) return 0; /* F16C */
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static const char *x86_avx512_why(void) {
+    unsigned a, b, c, c1 = 0, d, b7 = 0;
+    unsigned long long xcr0 = 0;
+    if (!x86_avx2()) return "the CPU lacks AVX2, FMA or F16C";
+    __get_cpuid(1, &a, &b, &c1, &d);
+    if (!__get_cpuid_count(7, 0, &a, &b7, &c, &d)) b7 = 0;
+    if (c1 >> 27 & 1u) { /* xgetbv faults without OSXSAVE */
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        xcr0 = (unsigned long long)hi << 32 | lo;
     }
+    return ma_x86_avx512_why(c1, b7, xcr0);
+}
+#endif
+
+/* Why this machine cannot run the kernels of isa ("" when it can). */
+const char *ma_isa_why(const char *isa) {
+    if (strcmp(isa, "scalar") == 0) return "";
+#if defined(__x86_64__)
+    if (strcmp(isa, "avx2") == 0) return x86_avx2() ? "" : "the CPU lacks AVX2, FMA or F16C";
+    if (strcmp(isa, "avx512") == 0) return x86_avx512_why();
 #endif
 #if defined(__aarch64__)
     if (strcmp(isa, "neon") == 0) {
 #if defined(__linux__)
-        return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0;
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0 ? "" : "the CPU lacks Advanced SIMD (HWCAP_ASIMD)";
 #else
-        return 1; /* Advanced SIMD is part of every ARMv8-A */
+        return ""; /* Advanced SIMD is part of every ARMv8-A */
 #endif
     }
 #endif
-    return 0;
+    return "not an ISA of this architecture";
+}
+
+int ma_isa_supported(const char *isa) {
+    return ma_isa_why(isa)[0] == '\0';
 }
 
 /* Results larger than this skip the caches (streaming stores): they would only evict the inputs. */

@@ -1,7 +1,7 @@
 /* The vector layer: one set of names (V, VM, VI, VLOAD, VSEL, ...) per ISA, so that the math
  * (ma_math.h) and the op bodies (ma_ops.h) are written once and compiled for every ISA.
  *
- * The translation unit defines exactly one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON before
+ * The translation unit defines exactly one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_AVX512, MA_ISA_NEON before
  * including this file.  GCC vector extensions give +,-,*,/, comparisons (lanes of 0 / -1) and
  * bit casts for free; only loads, stores, FMA, blend, min/max and half conversions need intrinsics.
  *   V  float lanes, VI uint32 lanes (bit patterns), VM comparison masks; VALL(m): every lane of m set.
@@ -135,6 +135,114 @@ static inline __attribute__((always_inline)) void ma_inter(V ev, V od, __m256 *a
         VSTORE_B((p) + 8, (V)b2_);                                            \
     } while (0)
 
+#elif defined(MA_ISA_AVX512)
+
+/* AVX-512 F + BW + DQ + VL: 16 lanes, the same GCC vector types twice as wide, and masked loads and
+ * stores for tails (VLOAD_TAIL: lanes past m read as 0, never touched in memory).  Built with the real
+ * intrinsics, or, with MA_SIMDE (the C harness only), against SIMDe's portable AVX-512 on an AVX2 CPU
+ * (ma_simde512.h): the same code, a logic check without the hardware, not a timing. */
+#if defined(MA_SIMDE)
+#pragma GCC target("avx2,fma,f16c")
+#include "ma_simde512.h"
+#else
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")
+#include <immintrin.h>
+#define MM512(f) _mm512_##f
+#define MM256(f) _mm256_##f
+#define MM(f) _mm_##f
+typedef __m512 M512;
+typedef __m512i M512I;
+typedef __m256i M256I;
+typedef __mmask16 MMASK16;
+#define MA_CVTPS_PH(v) _mm512_cvtps_ph((v), _MM_FROUND_TO_NEAREST_INT)
+#define MA_MASKZ_LOADU_PS(k, p) _mm512_maskz_loadu_ps((k), (p))
+#define MA_MASK_STOREU_PS(p, k, v) _mm512_mask_storeu_ps((p), (k), (v))
+#define MA_MASKZ_LOADU_EPI16(k, p) _mm256_maskz_loadu_epi16((k), (p))
+#define MA_MASK_STOREU_EPI16(p, k, v) _mm256_mask_storeu_epi16((p), (k), (v))
+#define MA_STREAM_PS(p, v) _mm512_stream_ps((p), (v))
+#define MA_CVTEPI32_EPI16(t) _mm512_cvtepi32_epi16(t)
+#endif
+#define MA_ISA_NAME avx512
+#define W 16
+typedef float V __attribute__((vector_size(64)));
+typedef uint32_t VI __attribute__((vector_size(64)));
+typedef int32_t VM __attribute__((vector_size(64)));
+#define VSPLAT(c) ((V)MM512(set1_ps)((float)(c)))
+#define VLOAD(p) ((V)MM512(loadu_ps)(p))
+#define VSTORE(p, v) MM512(storeu_ps)((p), (M512)(v))
+#define VLOAD_H(p) ((V)MM512(cvtph_ps)(MM256(loadu_si256)((const M256I *)(p))))
+#define VSTORE_H(p, v) MM256(storeu_si256)((M256I *)(p), MA_CVTPS_PH((M512)(v)))
+/* the first m lanes (0 < m <= W) */
+#define MA_TAILMASK(m) ((MMASK16)((1u << (m)) - 1u))
+#define VLOAD_TAIL(p, m) ((V)MA_MASKZ_LOADU_PS(MA_TAILMASK(m), (p)))
+#define VSTORE_TAIL(p, m, v) MA_MASK_STOREU_PS((p), MA_TAILMASK(m), (M512)(v))
+#define VLOAD_TAIL_H(p, m) ((V)MM512(cvtph_ps)(MA_MASKZ_LOADU_EPI16(MA_TAILMASK(m), (p))))
+#define VSTORE_TAIL_H(p, m, v) MA_MASK_STOREU_EPI16((p), MA_TAILMASK(m), MA_CVTPS_PH((M512)(v)))
+/* bfloat16: 16 halves zero-extended and shifted up; stores keep the high halves of ma_bf_hi (vpsrld,
+ * vpmovdw).  Not vcvtneps2bf16 (AVX512_BF16): it treats subnormal inputs as zero and flushes subnormal
+ * results whatever MXCSR says, so it would need this sequence for those lanes anyway, and a column of its
+ * own for the run-time check; the integer sequence gives ma_f2bf's bits on every AVX-512 CPU. */
+#define MA_WIDEN_B(h) ((V)MM512(slli_epi32)(MM512(cvtepu16_epi32)(h), 16))
+#define MA_BF_NARROW(t) MA_CVTEPI32_EPI16(MM512(srli_epi32)((M512I)(t), 16))
+#define VLOAD_B(p) MA_WIDEN_B(MM256(loadu_si256)((const M256I *)(p)))
+#define VSTORE_B(p, v) MM256(storeu_si256)((M256I *)(p), MA_BF_NARROW(ma_bf_hi(v)))
+#define VLOAD_TAIL_B(p, m) MA_WIDEN_B(MA_MASKZ_LOADU_EPI16(MA_TAILMASK(m), (p)))
+#define VSTORE_TAIL_B(p, m, v) MA_MASK_STOREU_EPI16((p), MA_TAILMASK(m), MA_BF_NARROW(ma_bf_hi(v)))
+#define VFMA(a, b, c) ((V)MM512(fmadd_ps)((M512)(a), (M512)(b), (M512)(c)))
+/* a mask lane's sign bit picks, as blendv does for avx2 */
+#define MA_KMASK(m) MM512(movepi32_mask)((M512I)(m))
+#define VSEL(m, a, b) ((V)MM512(mask_blend_ps)(MA_KMASK(m), (M512)(b), (M512)(a)))
+#define VGT_SEL(a, b) ((V)MM512(max_ps)((M512)(a), (M512)(b)))
+#define VLT_SEL(a, b) ((V)MM512(min_ps)((M512)(a), (M512)(b)))
+/* non-temporal stores: f32 needs 64-byte, f16 32-byte aligned addresses */
+#define MA_HAVE_STREAM 1
+#define VSTREAM(p, v) MA_STREAM_PS((p), (M512)(v))
+#define VSTREAM_H(p, v) MM256(stream_si256)((M256I *)(p), MA_CVTPS_PH((M512)(v)))
+#define VSTREAM_B(p, v) MM256(stream_si256)((M256I *)(p), MA_BF_NARROW(ma_bf_hi(v)))
+#define MA_STREAM_FENCE() MM(sfence)()
+#define VALL(m) (MA_KMASK(m) == 0xffff)
+typedef double VD __attribute__((vector_size(128)));
+#define V2D(v) __builtin_convertvector((v), VD)
+#define D2V(d) __builtin_convertvector((d), V)
+/* Pairs: 32 consecutive elements as their 16 even and 16 odd ones (and back): one two-source
+ * permute (vpermt2ps) per result. */
+static inline __attribute__((always_inline)) void ma_deint(M512 a, M512 b, V *ev, V *od) {
+    const VI ie = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+    *ev = (V)MM512(permutex2var_ps)(a, (M512I)ie, b);
+    *od = (V)MM512(permutex2var_ps)(a, (M512I)(ie + 1u), b);
+}
+static inline __attribute__((always_inline)) void ma_inter(V ev, V od, M512 *a, M512 *b) {
+    const VI il = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+    *a = MM512(permutex2var_ps)((M512)ev, (M512I)il, (M512)od);
+    *b = MM512(permutex2var_ps)((M512)ev, (M512I)(il + 8u), (M512)od);
+}
+#define VLOAD2(p, ev, od) ma_deint(MM512(loadu_ps)(p), MM512(loadu_ps)((p) + 16), (ev), (od))
+#define VLOAD2_H(p, ev, od)                                                   \
+    ma_deint(MM512(cvtph_ps)(MM256(loadu_si256)((const M256I *)(p))),        \
+             MM512(cvtph_ps)(MM256(loadu_si256)((const M256I *)((p) + 16))), (ev), (od))
+#define VSTORE2(p, ev, od)                                                    \
+    do {                                                                      \
+        M512 a2_, b2_;                                                        \
+        ma_inter((ev), (od), &a2_, &b2_);                                     \
+        MM512(storeu_ps)((p), a2_);                                           \
+        MM512(storeu_ps)((p) + 16, b2_);                                      \
+    } while (0)
+#define VSTORE2_H(p, ev, od)                                                  \
+    do {                                                                      \
+        M512 a2_, b2_;                                                        \
+        ma_inter((ev), (od), &a2_, &b2_);                                     \
+        MM256(storeu_si256)((M256I *)(p), MA_CVTPS_PH(a2_));                  \
+        MM256(storeu_si256)((M256I *)((p) + 16), MA_CVTPS_PH(b2_));           \
+    } while (0)
+#define VLOAD2_B(p, ev, od) ma_deint((M512)VLOAD_B(p), (M512)VLOAD_B((p) + 16), (ev), (od))
+#define VSTORE2_B(p, ev, od)                                                  \
+    do {                                                                      \
+        M512 a2_, b2_;                                                        \
+        ma_inter((ev), (od), &a2_, &b2_);                                     \
+        VSTORE_B((p), (V)a2_);                                                \
+        VSTORE_B((p) + 16, (V)b2_);                                           \
+    } while (0)
+
 #elif defined(MA_ISA_NEON)
 
 #include <arm_neon.h>
@@ -191,7 +299,7 @@ typedef double VD __attribute__((vector_size(32)));
     } while (0)
 
 #else
-#error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_NEON"
+#error "define one of MA_ISA_SCALAR, MA_ISA_AVX2, MA_ISA_AVX512, MA_ISA_NEON"
 #endif
 
 #if !defined(VGT_SEL)

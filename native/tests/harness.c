@@ -1,6 +1,7 @@
 /* Runs every elementwise kernel of one ISA against the scalar path, plus prelu and the swish beta
  * gradient, on specials, sweeps and random values, at sizes around the vector width.
- * Built by scripts/test_native_harness.sh (x86: avx2) and scripts/test_neon_qemu.sh (neon, under
+ * Built by scripts/test_native_harness.sh (x86: avx2; avx512, or avx512-simde: the avx512 kernels on
+ * SIMDe's emulation, MA_SIMDE, on a CPU with AVX2 only) and scripts/test_neon_qemu.sh (neon, under
  * qemu-aarch64 -cpu max and -cpu cortex-a53).  Exit status 0 only if everything agrees.
  *
  * Tolerance per kernel (generated from multiact.optable): |isa - scalar| <= ulp * spacing(scalar)
@@ -9,6 +10,10 @@
  * smallest normal allowed an error of that size; NaN must match NaN and inf must match inf.
  * bfloat16 kernels besides, on both paths: bit for bit their float32 twin (same ISA) on the widened inputs,
  * rounded by ma_half.h's ma_f2bf (NaN payloads included), which checks the vector loads and stores.
+ * Bits: every short n (tails) and a streaming-store call (from an unaligned output) give the bits of
+ * the long run, and no call writes past its n elements (masked tail stores).  With a twin ISA
+ * (HARNESS_TWIN=avx2 for avx512: the table's HK_TWIN, HG_TWIN, HB_TWIN) every kernel's outputs are the
+ * twin's bits (the bias_act sums, added in another order, only within their bound).
  * The thread pool: helpers compute in the caller's flush-to-zero mode. */
 #include <math.h>
 #include <stdio.h>
@@ -56,7 +61,9 @@ typedef void (*un_f16)(const uint16_t *, uint16_t *, size_t, const ma_params *);
 typedef void (*bin_f16)(const uint16_t *, const uint16_t *, uint16_t *, size_t, const ma_params *);
 
 #define N 1400
+#define GUARD 64 /* elements after each output that no call may write */
 static float X[N], DY[N];
+static int clobbered; /* calls that wrote past their n elements */
 
 /* storage <-> float for the half types; q(): a float rounded to the storage type */
 static uint16_t enc(int dt, float v) { return dt == DT_BF16 ? ma_f2bf(v) : ma_f2h(v); }
@@ -130,19 +137,45 @@ static int close_enough(const hk_t *k, float got, float want, float x, float dy)
     return fabs((double)got - (double)want) <= bound;
 }
 
-/* Run kernel fn (of dtype dt) on n elements; inputs are x (X or y) and dy, outputs as float. */
-static void run_dt(const hk_t *k, int dt, void *fn, const float *x, const float *dy, size_t n, float *out) {
-    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3]};
+/* Run kernel fn (of dtype dt) on n elements; inputs are x (X or y) and dy, outputs as float.  The kernel
+ * writes a buffer of its own, GUARD elements past n watched (no call may write there); stream: the call as a
+ * large one makes it (ma_params.stream: streaming stores after a head up to the output's alignment), its
+ * output `shift` elements past a 64-byte boundary. */
+static void run_at(const hk_t *k, int dt, void *fn, const float *x, const float *dy, size_t n, float *out, int stream,
+                   size_t shift) {
+    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], stream};
+    static _Alignas(64) float fo[N + 16 + GUARD];
+    static _Alignas(64) uint16_t ho[N + 16 + GUARD];
+    static uint16_t hx[N], hd[N];
+    const uint16_t hs = 0x7e5a;
+    const float fs = -1234.5f;
     if (dt == DT_F32) {
-        if (k->sig == 0) ((un_f32)fn)(x, out, n, &p);
-        else ((bin_f32)fn)(dy, x, out, n, &p);
+        float *o = fo + shift;
+        for (size_t i = n; i < n + GUARD; i++) o[i] = fs;
+        if (k->sig == 0) ((un_f32)fn)(x, o, n, &p);
+        else ((bin_f32)fn)(dy, x, o, n, &p);
+        for (size_t i = n; i < n + GUARD; i++)
+            if (memcmp(&o[i], &fs, 4) != 0) {
+                clobbered++;
+                break;
+            }
+        memcpy(out, o, n * sizeof(float));
         return;
     }
-    static uint16_t hx[N], hd[N], ho[N];
+    uint16_t *o = ho + shift;
     for (size_t i = 0; i < n; i++) hx[i] = enc(dt, x[i]), hd[i] = enc(dt, dy[i]);
-    if (k->sig == 0) ((un_f16)fn)(hx, ho, n, &p);
-    else ((bin_f16)fn)(hd, hx, ho, n, &p);
-    for (size_t i = 0; i < n; i++) out[i] = dec(dt, ho[i]);
+    for (size_t i = n; i < n + GUARD; i++) o[i] = hs;
+    if (k->sig == 0) ((un_f16)fn)(hx, o, n, &p);
+    else ((bin_f16)fn)(hd, hx, o, n, &p);
+    for (size_t i = n; i < n + GUARD; i++)
+        if (o[i] != hs) {
+            clobbered++;
+            break;
+        }
+    for (size_t i = 0; i < n; i++) out[i] = dec(dt, o[i]);
+}
+static void run_dt(const hk_t *k, int dt, void *fn, const float *x, const float *dy, size_t n, float *out) {
+    run_at(k, dt, fn, x, dy, n, out, 0, 0);
 }
 static void run(const hk_t *k, void *fn, const float *x, size_t n, float *out) { run_dt(k, k->dt, fn, x, DY, n, out); }
 
@@ -167,7 +200,7 @@ static int bits_elementwise(const hk_t *k, const float *xin) {
 
 static int check_elementwise(const hk_t *k) {
     static float xin[N], want[N], got[N], part[N];
-    int bad = 0;
+    int bad = 0, clob = clobbered;
     memcpy(xin, X, sizeof X);
     for (size_t i = 0; i < N; i++) xin[i] = q(k->dt, xin[i]);
     if (k->dir == 2) { /* backward_y takes y = forward(x), computed by the scalar path */
@@ -196,6 +229,26 @@ static int check_elementwise(const hk_t *k) {
             }
     }
     if (k->dt == DT_BF16) bad += bits_elementwise(k, xin);
+    /* streaming stores from an output 3 elements past a 64-byte boundary: the same bits */
+    run_at(k, k->dt, k->fn, xin, DY, N, part, 1, 3);
+    for (size_t i = 0; i < N; i++)
+        if (memcmp(&part[i], &got[i], 4) != 0 && !(isnan(part[i]) && isnan(got[i]))) {
+            if (bad < 3) printf("  %s: streaming call differs at %zu\n", k->name, i);
+            bad++;
+            break;
+        }
+    if (clobbered != clob) {
+        printf("  %s: %d calls wrote past their n elements\n", k->name, clobbered - clob);
+        bad++;
+    }
+#if defined(HARNESS_TWIN_NAME)
+    run(k, HK_TWIN[k - HK], xin, N, part);
+    for (size_t i = 0; i < N; i++)
+        if (memcmp(&part[i], &got[i], 4) != 0 && !(isnan(part[i]) && isnan(got[i]))) {
+            if (bad < 3) printf("  %s: x=%.9g: %.9g, %s's %.9g\n", k->name, xin[i], got[i], HARNESS_TWIN_NAME, part[i]);
+            bad++;
+        }
+#endif
     return bad;
 }
 
@@ -387,6 +440,14 @@ static int check_gated(const hg_t *k) {
                 bad++;
             }
         }
+#if defined(HARNESS_TWIN_NAME)
+        gated_call(k, HG_TWIN[k - HG][0], HG_TWIN[k - HG][1], k->dt, k->dt, GL_TWO, N, lim, y0, g0, u0);
+        for (size_t i = 0; i < N; i++)
+            if (!same_bits(y0[i], y1[i]) || !same_bits(g0[i], g1[i]) || !same_bits(u0[i], u1[i])) {
+                if (bad < 3) printf("  %s lim=%d: differs from %s's at %zu\n", k->name, lim, HARNESS_TWIN_NAME, i);
+                bad++;
+            }
+#endif
         /* every layout and every short n: the bits of the long two-input run */
         for (int lay = GL_TWO; lay < GL_N; lay++)
             for (size_t n = 1; n <= (lay == GL_TWO ? 40u : N); n = n < 40 ? n + 1 : N) {
@@ -516,6 +577,19 @@ static int check_bias(const hb_t *k) {
                 }
             }
             if (k->dt == DT_BF16) bad += bias_bits(k, lay, lim);
+#if defined(HARNESS_TWIN_NAME)
+            {
+                static float yt[N], dt_[N], ft[N];
+                double st[2 * BC_MAX] = {0};
+                bias_call(k, HB_TWIN[k - HB][0], HB_TWIN[k - HB][1], k->dt, k->dt, lay, lim, 1, yt, dt_, ft, st);
+                for (size_t e = 0; e < n; e++)
+                    if (!same_bits(yt[e], y1[e]) || !same_bits(dt_[e], d1[e]) || !same_bits(ft[e], f1[e])) {
+                        if (bad < 3) printf("  %s layout %d lim=%d: differs from %s's at %zu\n", k->name, lay, lim,
+                                            HARNESS_TWIN_NAME, e);
+                        bad++;
+                    }
+            }
+#endif
             if (lay == BL_FULL) continue;
             /* the sums: within the bound of the elements (finite ones; a NaN b makes its channel's sums NaN) */
             double mag = 0.0;
@@ -533,9 +607,18 @@ static int check_bias(const hb_t *k) {
     return bad;
 }
 
+#if defined(MA_SIMDE)
+/* SIMDe computes the avx512 kernels with AVX2, FMA and F16C instructions */
+#define HOST_ISA "avx2"
+#define HOST_NOTE " (SIMDe emulation)"
+#else
+#define HOST_ISA STR(HARNESS_ISA)
+#define HOST_NOTE ""
+#endif
+
 int main(void) {
-    if (!ma_isa_supported(STR(HARNESS_ISA))) {
-        printf("harness: this CPU does not run %s\n", STR(HARNESS_ISA));
+    if (!ma_isa_supported(HOST_ISA)) {
+        printf("harness: this CPU does not run %s: %s\n", HOST_ISA, ma_isa_why(HOST_ISA));
         return 2;
     }
     make_inputs();
@@ -557,7 +640,12 @@ int main(void) {
     }
     if (check_prelu()) failed++;
     if (check_pool_flush_mode()) failed++;
-    printf("harness %s: %d kernels + %d gated pairs + %d bias_act pairs + prelu + pool, %d failed\n",
-           STR(HARNESS_ISA), total, gtotal, btotal, failed);
+#if defined(HARNESS_TWIN_NAME)
+#define TWIN_NOTE ", each bit for bit against " HARNESS_TWIN_NAME
+#else
+#define TWIN_NOTE ""
+#endif
+    printf("harness %s%s: %d kernels + %d gated pairs + %d bias_act pairs + prelu + pool%s, %d failed\n",
+           STR(HARNESS_ISA), HOST_NOTE, total, gtotal, btotal, TWIN_NOTE, failed);
     return failed != 0;
 }
