@@ -25,8 +25,8 @@ Findings (exit status 1):
 --lenient-f64 reports float64 arithmetic without failing it (only implicit promotions fail).
 
 A target is a compute capability, optionally `:representative` (one kernel per formula: strided, float16
-data where that exists) or `:sample` (that one and one more variant per formula, in turn: CI's sm_90 set)
-instead of all.  Default: sm_90 and sm_80, all kernels.
+data where that exists), `:sample` (that one and one more variant per formula, in turn: CI's sm_90 set) or
+`:thin` (every third formula's representative: CI's sm_80 set) instead of all.  Default: sm_90 and sm_80, all kernels.
 `--family sample` keeps only a sample of the composite-family kernels (gated:<act>, 6 per activation
 key: about 3 s each to compile, so CI takes `family_sample`'s 10; the default compiles all of them).
 """
@@ -79,7 +79,7 @@ def f64_allowance(source: str) -> str | None:
 
 
 def parse_target(text: str) -> tuple[tuple[int, int], str]:
-    """'90', 'sm_90', '90:representative' or '90:sample' -> ((9, 0), 'full' | 'representative' | 'sample')."""
+    """'90', 'sm_90', '90:representative', '90:sample' or '80:thin' -> ((9, 0), the selection's name)."""
     cc, _, which = text.removeprefix("sm_").partition(":")
     which = which or "full"
     if which not in SELECTIONS or not cc.isdigit() or len(cc) < 2:
@@ -114,7 +114,13 @@ def sample(builds: list) -> list:
     return [b for b in builds if b.name in rep or b.name in extra]
 
 
-SELECTIONS = {"full": list, "representative": representative, "sample": sample}
+def thin(builds: list) -> list:
+    """Every third formula's representative kernel (CI's sm_80 set: sm_80 differs from sm_90 in the assembler's
+    target, not in what numba generates)."""
+    return representative(builds)[::3]
+
+
+SELECTIONS = {"full": list, "representative": representative, "sample": sample, "thin": thin}
 
 
 def family_sample(builds: list) -> list:

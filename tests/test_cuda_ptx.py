@@ -49,7 +49,7 @@ def _check_report(report: dict) -> list[dict]:
     rows = report["rows"]
     sm90 = [r for r in rows if r["target"] == "sm_90"]
     sm80 = [r for r in rows if r["target"] == "sm_80"]
-    assert len({r["source"] for r in sm80}) == len(sm80) > 50
+    assert len({r["source"] for r in sm80}) == len(sm80) > (50 if FULL else 20)
     assert not [r["kernel"] for r in rows if r.get("error") or r["findings"]]
     R = _report_module()
     narrow = [r for r in rows if r["dtype"] != "float64"]
@@ -63,8 +63,8 @@ def _check_report(report: dict) -> list[dict]:
     return sm90
 
 
-def _report(tmp_path, sm90: str) -> dict:
-    proc = _child([str(SCRIPT), "--target", sm90, "--target", "80:representative", "--family", "sample",
+def _report(tmp_path, sm90: str, sm80: str) -> dict:
+    proc = _child([str(SCRIPT), "--target", sm90, "--target", sm80, "--family", "sample",
                    "--out", str(tmp_path)], 900)
     print(proc.stdout[-8000:])
     assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-4000:]
@@ -72,9 +72,9 @@ def _report(tmp_path, sm90: str) -> dict:
 
 
 def test_a_sample_of_every_formula_and_variant_compiles_for_sm90_and_sm80(tmp_path):
-    """CI's set: every formula in two of its forms on sm_90 (`:sample`), one on sm_80; every layout x dtype
-    compiled for some formula.  MULTIACT_TEST_FULL=1 compiles every kernel for sm_90 (the next test)."""
-    report = _report(tmp_path, "90:sample")
+    """CI's set: every formula in two of its forms on sm_90 (`:sample`), every third on sm_80 (`:thin`); every
+    layout x dtype compiled for some formula.  MULTIACT_TEST_FULL=1 compiles every kernel for sm_90 (the next test)."""
+    report = _report(tmp_path, "90:sample", "80:thin")
     sm90 = _check_report(report)
     elementwise = [r for r in sm90 if not r["source"].startswith(("gated:", "bias_act:"))]
     sources = {r["source"] for r in elementwise}
@@ -85,7 +85,7 @@ def test_a_sample_of_every_formula_and_variant_compiles_for_sm90_and_sm80(tmp_pa
 
 @pytest.mark.skipif(not FULL, reason="compiles all ~340 elementwise kernels (minutes): MULTIACT_TEST_FULL=1")
 def test_every_kernel_compiles_for_sm90_and_sm80_without_spills_or_promotions(tmp_path):
-    report = _report(tmp_path, "90")
+    report = _report(tmp_path, "90", "80:representative")
     sm90 = _check_report(report)
     assert len(sm90) == report["builds"] > 300
 
