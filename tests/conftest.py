@@ -15,6 +15,22 @@ import multiact as ma
 collect_ignore = [] if any(a.rstrip("/").endswith("cuda") for a in sys.argv) else ["cuda"]
 
 
+def native_kernels():
+    """native/kernels.py, the kernel table, loaded by path (it imports only the standard library, and the
+    native tests read it whether or not the extension is built); one module for every test file."""
+    name = "_multiact_native_kernels"
+    if name not in sys.modules:
+        import importlib.util
+        from pathlib import Path
+
+        path = Path(__file__).resolve().parents[1] / "native" / "kernels.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
 def host_backends() -> list:
     """Backends to run the shared suite on: available ones that take NumPy arrays.
 

@@ -14,12 +14,11 @@ about a second.  The C harness checks the same equality on the vector paths of e
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import native_kernels
 
 from multiact import registry
 from multiact.dtypes import bf16_bits_to_f32, f32_bits_to_bf16
@@ -29,15 +28,8 @@ native = pytest.importorskip("multiact._native", reason="the native extension is
 lib, ffi = native.lib, native.ffi
 
 
-def _kernels_module():
-    spec = importlib.util.spec_from_file_location("_native_kernels_table_bf16", ROOT / "native" / "kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
-
-K = _kernels_module()
+K = native_kernels()
 ISAS = [isa for isa in K.isas() if lib.ma_isa_supported(isa.encode())]
 ALL = np.arange(1 << 16, dtype=np.uint16)
 # every pattern, then 13 more: a tail after the vector steps, and misaligned by one element from the start

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import native_kernels
 
 ROOT = Path(__file__).resolve().parent.parent
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -93,20 +94,11 @@ def test_avx2_kernels_against_scalar():
     _run("bash", "scripts/test_native_harness.sh", "avx2", "gcc")
 
 
-def _kernels_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("_harness_kernels_table", ROOT / "native" / "kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def test_the_sample_runs_every_signature_and_both_kinds_of_loop():
     """The sample stands for the table: each signature of the lists, in every direction, with a fast-path
     (split) and a plain body where the table has both; a composite's forward and backward together."""
-    K = _kernels_module()
+    K = native_kernels()
     sample, split = K.sample(), K.split_kernels()
     bodies = {f: af for f, _, af, _ in K.family_bodies() + K.bias_bodies()}
     bodies.update({b: af for _, b, af, _ in K.family_bodies() + K.bias_bodies()})
@@ -136,7 +128,7 @@ def test_the_avx512_units_compile_with_the_real_intrinsics(tmp_path):
     too with MULTIACT_TEST_FULL=1 (immediate operands are checked only there)."""
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc")
-    K = _kernels_module()
+    K = native_kernels()
     (tmp_path / "ma_kernel_list.h").write_text(K.x_macro_header())
     (tmp_path / "ma_kernel_decls.h").write_text(K.declarations("x86_64"))
     mode = ["-O0", "-c", "-o", os.devnull] if FULL else ["-fsyntax-only"]

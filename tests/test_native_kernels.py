@@ -8,7 +8,6 @@ API on the ISA it picks; this file covers what that cannot see.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import native_kernels
 
 from multiact import consistency as C
 from multiact.optable import OPS
@@ -25,15 +25,8 @@ native = pytest.importorskip("multiact._native", reason="the native extension is
 lib, ffi = native.lib, native.ffi
 
 
-def _kernels_module():
-    spec = importlib.util.spec_from_file_location("_native_kernels_table", ROOT / "native" / "kernels.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
-
-K = _kernels_module()
+K = native_kernels()
 ISAS = [isa for isa in K.isas() if lib.ma_isa_supported(isa.encode())]
 WIDTH = {"scalar": 1, "avx2": 8, "avx512": 16, "neon": 4}
 CT = {"float32": "float[]", "float16": "uint16_t[]"}
