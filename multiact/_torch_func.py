@@ -84,30 +84,13 @@ def _function(op: TransformableOp, backward, setup_context) -> type[torch.autogr
 
 
 def _vmap(op: TransformableOp, info, in_dims: tuple, args: tuple) -> tuple[Any, Any]:
-    tensors = [i for i, (a, d) in enumerate(zip(args, in_dims, strict=True))
-               if isinstance(a, torch.Tensor) and d is not None]
-    if op._vmap_elementwise and all(isinstance(a, torch.Tensor) or d is None for a, d in zip(args, in_dims,
-                                                                                             strict=True)):
-        size = info.batch_size
-        flat = list(args)
-        shape = None
-        for i in tensors:
-            flat[i] = args[i].movedim(in_dims[i], 0)
-            shape = flat[i].shape
-        for i, a in enumerate(args):
-            if isinstance(a, torch.Tensor) and in_dims[i] is None:
-                flat[i] = a.expand(size, *a.shape)
-                shape = shape or flat[i].shape
-        if all(not isinstance(a, torch.Tensor) or a.shape == shape for a in flat):
+    if op._vmap_elementwise:  # batch dims in front, unbatched tensors expanded: one call if the shapes agree
+        flat = [a.movedim(d, 0) if d is not None else a.expand(info.batch_size, *a.shape)
+                if isinstance(a, torch.Tensor) else a for a, d in zip(args, in_dims, strict=True)]
+        if len({a.shape for a in flat if isinstance(a, torch.Tensor)}) == 1:
             return op(*flat), 0
-    outs = []
-    for b in range(info.batch_size):
-        outs.append(op(*(a.select(d, b) if isinstance(a, torch.Tensor) and d is not None else a
-                         for a, d in zip(args, in_dims, strict=True))))
+    outs = [op(*(a.select(d, b) if isinstance(a, torch.Tensor) and d is not None else a
+                 for a, d in zip(args, in_dims, strict=True))) for b in range(info.batch_size)]
     if isinstance(outs[0], (tuple, list)):
         return tuple(torch.stack(parts) for parts in zip(*outs, strict=True)), tuple(0 for _ in outs[0])
     return torch.stack(outs), 0
-
-
-def is_transformable(op: Any) -> bool:
-    return isinstance(op, TransformableOp)

@@ -42,20 +42,12 @@ def _run(*cmd: str, env: dict | None = None) -> None:
 
 
 def _avx2() -> bool:
-    try:
-        return "avx2" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    return "avx2" in native_kernels().host_isas()
 
 
 def _avx512() -> bool:
     """The CPU runs the avx512 kernels (Linux lists these flags only where the OS enabled the ZMM state)."""
-    try:
-        flags = next((ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                      if ln.startswith("flags")), [])
-    except OSError:
-        return False
-    return {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"} <= set(flags)
+    return "avx512" in native_kernels().host_isas()
 
 
 def _simde_include() -> str | None:
