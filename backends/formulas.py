@@ -10,7 +10,7 @@ with a globals dict holding `T`, typed constants and a math namespace, then
 compiles it with `jit`:
 
 - numba CPU, float32: `numba_math` (arithmetic-only float32 math, so loops
-  vectorise), `njit(inline="always", error_model="numpy")`;
+  vectorise), `njit(forceinline=True, error_model="numpy")` (LLVM inlines them);
 - numba CPU, float64: `libm(...)` below on libm, mirroring `multiact.reference`;
 - CUDA: `libm(...)` on `math.exp` etc. (libdevice's expf... for float32), with
   `cuda.jit(device=True)`; under the CUDA simulator the same functions run as

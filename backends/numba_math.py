@@ -10,7 +10,7 @@ the CPU; the `cuda` backend compiles the same formulas against libdevice
 instead (`formulas.libm`), so both namespaces provide the same names.
 They are plain Python functions, registered in dependency order.  `build(jit,
 bitcasts)` clones them with a globals dict in which every helper is the compiled
-version (`cpu()`: `njit(inline="always")`, bit casts from a tiny LLVM
+version (`cpu()`: `njit(forceinline=True)`, bit casts from a tiny LLVM
 intrinsic).  Uncompiled, they run in plain Python (with NumPy bit casts), which
 is how the tests debug them.
 
@@ -442,13 +442,14 @@ _CPU: SimpleNamespace | None = None
 
 
 def cpu() -> SimpleNamespace:
-    """The device functions compiled for the CPU (numba njit, inlined into callers)."""
+    """The device functions compiled for the CPU (numba njit, inlined into callers by LLVM), with FMA
+    fusion as the float32 loops that call them (numba_backend.cpu_jit)."""
     global _CPU
     if _CPU is None:
-        from numba import njit
+        from .numba_backend import cpu_jit
 
         casts = _cpu_bitcasts()
-        ns = build(lambda f: njit(inline="always", error_model="numpy")(f), casts)
+        ns = build(cpu_jit(contract=True), casts)
         # the formulas' fma: llvm.fma.f32 (one vfmadd where the CPU has FMA; issue 22's float64 emulation cost
         # silu/gelu forward 1.5-2.3x), and CPU64: the float32 formulas may take float64 steps here (no GPU rule)
         ns.fma = casts["fma"]
