@@ -30,10 +30,13 @@ The gated family (gated:<act>, `ma.swiglu` and kin) has one kernel per key, dire
 family's scalar function of `formulas.build_family` (the activation's own two formulas) over two inputs
 and one output (forward) or three inputs and two outputs (backward), on strided views as they come.
 
-The bias_act family (bias_act:<act>, `ma.bias_act` / `ma.bias_act_grad`, the y= form too) has one kernel
-per key, direction and compute type over a 5-D strided view (outer dims, channel, inner dims), one block per
-(channel, chunk); db and dscale are reduced in two stages in float64 (per-chunk partials, then per channel in
-a fixed order), so the result is the same from run to run.
+The bias_act family (bias_act:<act>, `ma.bias_act` / `ma.bias_act_grad`, the y= form too) has two kernels
+per key, direction and compute type over a 5-D strided view (outer dims, channel, inner dims): "strided", one
+block per (channel, chunk), for channels with elements inside them (NCHW's dim=1), and "rows", a block's
+threads on consecutive channels walking rows, for channels along the fastest axis (dim=-1: the transformer's
+(T, hidden), NHWC), so a warp's loads are consecutive elements either way; db and dscale are reduced in two
+stages in float64 (per-chunk partials, then per channel in a fixed order), so the result is the same from run
+to run.
 
 Parameter gradients are reduced on the device in float64: swish's beta
 gradient is returned as a 0-d device array of x's dtype and kind (no host
