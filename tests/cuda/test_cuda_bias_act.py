@@ -104,6 +104,8 @@ def test_rows_layout_where_channels_are_innermost(kind, monkeypatch):
              ("(N, C) dim 1", r(130, 3), 1, "rows"), ("NCHW", r(2, 3, 4, 2), 1, "strided"),
              ("transposed", r(5, 4).T, 1, "strided")]
     for name, xh, dim, fwd in cases:
+        if name == "reversed channels" and kind.name == "torch":
+            continue  # torch tensors have no negative strides
         c = xh.shape[dim]
         bh, sh, dyh = r(c), r(c), r(*xh.shape)
         x = kind.to(np.ascontiguousarray(xh[:, ::-1]))[:, ::-1] if name == "reversed channels" else \
