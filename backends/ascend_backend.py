@@ -10,8 +10,13 @@
 - The gated family's kernels (gated:<act>, two inputs; the backward writes two outputs) run on both
   paths: the ONNX Runtime backends' graphs for NumPy arrays; for tensors, the activation's torch
   function on the clipped gate times the clipped up, backward through autograd.
-- The bias_act family's kernels (bias_act:<act>) run on the ONNX Runtime path only: ma.bias_act takes
-  host arrays (NumPy, CPU tensors) for now.
+- The bias_act family's kernels (bias_act:<act>, forward and backward; no y= form) run on both paths:
+  the ONNX Runtime graphs for host arrays (NumPy, CPU tensors, as (outer, C, inner) views); for NPU
+  tensors (fused_bias_act's device route: the tensors as they are, with dim) the composition
+  x * scale + b, the activation's torch function (CANN's kernels; npu_fast_gelu for fast_gelu), gain
+  and clamp, backward through the activation's autograd.  On an NPU that is several CANN kernels, not
+  one pass: torch_npu has no fused bias + activation op for these activations (its npu_swiglu is the
+  gated family's).
 
 Detection does not trust `get_available_providers()` (onnxruntime-cann lists CANN with no NPU):
 it looks for the CANN runtime (libascendcl.so) and the driver tool (npu-smi), then creates a
@@ -169,9 +174,12 @@ def _is_torch(a: Any) -> bool:
 
 def kernel(key: str, direction: str, dtype: str) -> Callable:
     ort_kernel = _runner.kernel(key, direction, dtype)
-    if key in BIAS_ACT_KEYS:  # bias_act runs on host arrays (ma.bias_act refuses NPU tensors): the ORT path
-        return ort_kernel
-    torch_kernel = _torch_gated_kernel(key, direction) if is_gated(key) else _torch_kernel(KEYS[key].name, direction)
+    if key in BIAS_ACT_KEYS:  # host arrays come as (outer, C, inner) NumPy views, NPU tensors as they are
+        torch_kernel = _torch_bias_kernel(key, direction)
+    elif is_gated(key):
+        torch_kernel = _torch_gated_kernel(key, direction)
+    else:
+        torch_kernel = _torch_kernel(KEYS[key].name, direction)
 
     def run(*args: Any) -> Any:
         return torch_kernel(*args) if _is_torch(args[0]) else ort_kernel(*args)
@@ -295,5 +303,70 @@ def _torch_gated_kernel(key: str, direction: str) -> Callable:
             dg, du = torch.autograd.grad(gated(g, u, p), (g, u), dy)
         dgate.copy_(dg)
         dup.copy_(du)
+
+    return {"forward": forward, "backward": backward}[direction]
+
+
+def _torch_bias_kernel(key: str, direction: str) -> Callable:
+    """bias_act:<act> for torch tensors as fused_bias_act's device route passes them: x (dy) as it is, b and
+    scale None, (C,) along p["dim"] or x's shape; db / dscale the destinations ((C,): summed over every axis
+    but dim; x's shape: elementwise) or None.  Computed in float32 (the kernels' precision for float16 data)
+    and rounded once on store: z = x * scale + b, y = clip(act(z) * gain, -clamp, clamp); dz = act'(z) * dy
+    * gain by the activation's vector-Jacobian product at z (torch.func.vjp: CANN's ...Grad kernels on an
+    NPU), 0 where |act(z) * gain| > clamp (the reference's rule, NaN kept), dx = dz * scale.  The sums are
+    float32 (torch's tree reduction): an NPU's vector units have no float64; the other backends sum in
+    float64."""
+    act = BIAS_ACT_KEYS[key][1].name
+
+    def side(a, x, dim):
+        if a is None:
+            return None
+        a = a.float()
+        if a.ndim == 1 and (x.ndim == 1 or tuple(a.shape) != tuple(x.shape)):  # one value per channel
+            shape = [1] * x.ndim
+            shape[dim] = a.shape[0]
+            return a.reshape(shape)
+        return a
+
+    def pre(x, b, s, p):
+        z = x.float()
+        sv = side(s, x, p.get("dim"))
+        if sv is not None:
+            z = z * sv
+        bv = side(b, x, p.get("dim"))
+        return z if bv is None else z + bv, sv
+
+    def activation(p):
+        return (lambda z: z) if act == "linear" else _torch_forward(act, p)
+
+    def forward(x, b, s, out, p):
+        torch = sys.modules["torch"]
+        with torch.no_grad():
+            y = activation(p)(pre(x, b, s, p)[0])
+            if p["gain"] != 1.0:
+                y = y * p["gain"]
+            if p["clamp"] != float("inf"):
+                y = torch.clamp(y, -p["clamp"], p["clamp"])
+            out.copy_(y)
+
+    def backward(dy, x, b, s, dx, db, ds, p):
+        torch = sys.modules["torch"]
+        with torch.no_grad():
+            z, sv = pre(x, b, s, p)
+            e = dy.float() * p["gain"]
+        # torch.func.vjp, not autograd.grad: multiact.torch runs this below autograd (a custom op's kernel),
+        # where autograd records nothing even under enable_grad; z is detached (x.float() is x for float32)
+        a, vjp = (z, None) if act == "linear" else torch.func.vjp(activation(p), z.detach())
+        with torch.no_grad():
+            if p["clamp"] != float("inf"):
+                e = torch.where((a * p["gain"]).abs() > p["clamp"], torch.zeros_like(e), e)
+        dz = e if vjp is None else vjp(e)[0]
+        with torch.no_grad():
+            dx.copy_(dz if sv is None else dz * sv)
+            others = [i for i in range(x.ndim) if i != p.get("dim")]
+            for dst, term in ((db, lambda: dz), (ds, lambda: dz * x.float())):
+                if dst is not None:
+                    t = term()
+                    dst.copy_(t if tuple(dst.shape) == tuple(x.shape) else t.sum(dim=others))
 
     return {"forward": forward, "backward": backward}[direction]

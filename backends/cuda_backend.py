@@ -30,10 +30,13 @@ The gated family (gated:<act>, `ma.swiglu` and kin) has one kernel per key, dire
 family's scalar function of `formulas.build_family` (the activation's own two formulas) over two inputs
 and one output (forward) or three inputs and two outputs (backward), on strided views as they come.
 
-The bias_act family (bias_act:<act>, `ma.bias_act` / `ma.bias_act_grad`, the y= form too) has one kernel
-per key, direction and compute type over a 5-D strided view (outer dims, channel, inner dims), one block per
-(channel, chunk); db and dscale are reduced in two stages in float64 (per-chunk partials, then per channel in
-a fixed order), so the result is the same from run to run.
+The bias_act family (bias_act:<act>, `ma.bias_act` / `ma.bias_act_grad`, the y= form too) has two kernels
+per key, direction and compute type over a 5-D strided view (outer dims, channel, inner dims): "strided", one
+block per (channel, chunk), for channels with elements inside them (NCHW's dim=1), and "rows", a block's
+threads on consecutive channels walking rows, for channels along the fastest axis (dim=-1: the transformer's
+(T, hidden), NHWC), so a warp's loads are consecutive elements either way; db and dscale are reduced in two
+stages in float64 (per-chunk partials, then per channel in a fixed order), so the result is the same from run
+to run.
 
 Parameter gradients are reduced on the device in float64: swish's beta
 gradient is returned as a 0-d device array of x's dtype and kind (no host
@@ -831,21 +834,30 @@ def _run_family(key: str, direction: str, compute: str, descs: list[_Desc], nout
 
 
 # ---- bias_act:<act>: x seen as (outer, C, inner), b and scale per channel or of x's shape -------------------------
-# One kernel per (key, direction, compute type) over a 5-D index space (o1, o2, c, i1, i2): the dims before `dim`
-# and after it, each side coalesced to at most two (more: one launch per index of the extra dims), every operand a
-# flat base array + offset + five element strides (a per-channel b or scale has stride 0 but along c; a missing
-# one is a one-element dummy, flags hb, hs).  The grid runs over (channel, chunk) pairs, one block each: its
-# threads stride over the chunk's elements of that channel, so b and s are one value per block and the backward's
-# db / dscale are two-stage: each thread sums dz (and dz * x) in float64, the block reduces them in shared memory
-# into partial[chunk, 2, C] (+=, launches run in order on one stream), and a second kernel sums the partials of
-# each channel in a fixed order (deterministic) and rounds once into db / dscale.  Every input of an element is
-# read before its results are stored (in place is safe).  dim = -1 (inner 1) strides each block through memory
-# by C: correct, not coalesced (a channel-per-thread mapping for that layout is future work).
+# One kernel per (key, direction, compute type, layout) over a 5-D index space (o1, o2, c, i1, i2): the dims before
+# `dim` and after it, each side coalesced to at most two (more: one launch per index of the extra dims), every
+# operand a flat base array + offset + five element strides (a per-channel b or scale has stride 0 but along c; a
+# missing one is a one-element dummy, flags hb, hs).  Every input of an element is read before its results are
+# stored (in place is safe).  Two layouts:
+# - "strided" (channels with elements inside them: NCHW's dim=1, dim=0): the grid runs over (channel, chunk)
+#   pairs, one block each, its threads striding over the chunk's elements of that channel (consecutive threads
+#   on consecutive inner elements: coalesced), so b and s are one value per block;
+# - "rows" (nothing inside the channel axis and it is x's fastest one: dim=-1 of a C-contiguous array, the
+#   transformer's (T, hidden), NHWC, (N, C) with dim=1): the strided mapping would put a warp's threads C
+#   elements apart (one 32-byte sector per thread per load), so here the grid runs over (channel tile, row
+#   chunk) pairs and a block's threads sit on `width` consecutive channels (a power of two, at most the block;
+#   block // width rows at a time for narrow C), each walking the chunk's rows: a warp reads consecutive
+#   elements of a row, b and s one value per thread (a per-channel stride 0 along the rows).
+# The backward's db / dscale are two-stage in both: each thread sums dz (and dz * x) in float64, the block reduces
+# them in shared memory (rows: over its row groups, per channel; a thread per channel needs none) into
+# partial[chunk, 2, C] (+=, launches run in order on one stream), and a second kernel sums the partials of each
+# channel in a fixed order (deterministic) and rounds once into db / dscale.
 
 _BIAS_OPS = {"forward": ("x", "b", "s", "out"), "backward": ("dy", "x", "b", "s", "dx", "db", "ds"),
              "backward_y": ("dy", "y", "dx", "db")}
 _BIAS_NIN = {"forward": 3, "backward": 4, "backward_y": 2}
 _BIAS_TAIL = ("shp", "nchunk", "chunk", "part", "hb", "hs", "hdb", "hds", "want", "a", "b", "gain", "clamp")
+_BIAS_LAYOUTS = ("strided", "rows")
 
 
 def _bias_supports(key: str, direction: str) -> bool:
@@ -861,12 +873,30 @@ def _bias_compute(key: str, direction: str, dtype: str) -> str:
     return "float64" if dtype == "float64" or wide else "float32"
 
 
-def _bias_source(direction: str, block: int) -> str:
+def _bias_body(direction: str, at: dict[str, str], pad: str) -> list[str]:
+    """The per-element statements of a direction (`at`: each operand's element expression), the float64 sums
+    acc0 / acc1 included."""
+    if direction == "forward":
+        body = [f"{at['out']} = f(T({at['x']}), T({at['b']}), T({at['s']}), a, b, hb, hs, gain, clamp)"]
+    elif direction == "backward":
+        body = [f"xv = T({at['x']})",
+                f"dxv, dz = f(T({at['dy']}), xv, T({at['b']}), T({at['s']}), a, b, hb, hs, gain, clamp)",
+                f"{at['dx']} = dxv", "if hdb:", f"    {at['db']} = dz", "if hds:", f"    {at['ds']} = dz * xv",
+                "acc0 += np.float64(dz)", "acc1 += np.float64(dz) * np.float64(xv)"]
+    else:
+        body = [f"dz = f(T({at['dy']}), T({at['y']}), a, b, gain, clamp)", f"{at['dx']} = dz", "if hdb:",
+                f"    {at['db']} = dz", "acc0 += np.float64(dz)"]
+    return [pad + line for line in body]
+
+
+def _bias_source(direction: str, block: int, layout: str = "strided") -> str:
     ops = _BIAS_OPS[direction]
-    at = {n: f"u_{n}[o_{n} + o1 * s_{n}[0] + o2 * s_{n}[1] + c * s_{n}[2] + i1 * s_{n}[3] + i2 * s_{n}[4]]"
-          for n in ops}
     args = ", ".join(f"u_{n}, o_{n}, s_{n}" for n in ops) + ", " + ", ".join(_BIAS_TAIL)
     sums = direction != "forward"
+    if layout == "rows":
+        return _bias_rows_source(direction, block, ops, args, sums)
+    at = {n: f"u_{n}[o_{n} + o1 * s_{n}[0] + o2 * s_{n}[1] + c * s_{n}[2] + i1 * s_{n}[3] + i2 * s_{n}[4]]"
+          for n in ops}
     lines = [f"def kern({args}):", "    n_o2 = shp[1]", "    nc = shp[2]", "    n_i1 = shp[3]", "    n_i2 = shp[4]",
              "    m = shp[0] * n_o2 * n_i1 * n_i2", "    tid = cuda.threadIdx.x", "    nthr = cuda.blockDim.x"]
     if sums:
@@ -879,18 +909,7 @@ def _bias_source(direction: str, block: int) -> str:
     lines += ["        for e in range(lo + tid, hi, nthr):", "            i2 = e % n_i2", "            t = e // n_i2",
               "            i1 = t % n_i1", "            t = t // n_i1", "            o2 = t % n_o2",
               "            o1 = t // n_o2"]
-    if direction == "forward":
-        lines += [f"            {at['out']} = f(T({at['x']}), T({at['b']}), T({at['s']}), a, b, hb, hs, gain, "
-                  "clamp)"]
-    elif direction == "backward":
-        lines += [f"            xv = T({at['x']})",
-                  f"            dxv, dz = f(T({at['dy']}), xv, T({at['b']}), T({at['s']}), a, b, hb, hs, gain, clamp)",
-                  f"            {at['dx']} = dxv", "            if hdb:", f"                {at['db']} = dz",
-                  "            if hds:", f"                {at['ds']} = dz * xv",
-                  "            acc0 += np.float64(dz)", "            acc1 += np.float64(dz) * np.float64(xv)"]
-    else:
-        lines += [f"            dz = f(T({at['dy']}), T({at['y']}), a, b, gain, clamp)", f"            {at['dx']} = dz",
-                  "            if hdb:", f"                {at['db']} = dz", "            acc0 += np.float64(dz)"]
+    lines += _bias_body(direction, at, " " * 12)
     if sums:  # want is the same for every thread of the block: the barriers are reached by all or none
         lines += ["        if want:", "            sh0[tid] = acc0", "            sh1[tid] = acc1",
                   "            cuda.syncthreads()", f"            width = {block // 2}", "            while width > 0:",
@@ -900,6 +919,44 @@ def _bias_source(direction: str, block: int) -> str:
                   "                part[2 * j * nc + c] += sh0[0]",
                   "                part[(2 * j + 1) * nc + c] += sh1[0]",
                   "            cuda.syncthreads()"]
+    return "\n".join(lines) + "\n"
+
+
+def _bias_rows_source(direction: str, block: int, ops: tuple, args: str, sums: bool) -> str:
+    """The "rows" layout: thread tid on channel tile * width + tid % width and rows lo + tid // width, step
+    block // width, of its chunk (inner dims are all 1: i1 = i2 = 0).  The row's (o1, o2) advance by addition
+    (no 64-bit division per element: gelu's float16 backward takes 72 registers on sm_90, 80 with r % n_o2);
+    the carry loop turns at most ng // n_o2 + 1 times a step (n_o2 is the whole outer extent when the outer
+    dims coalesce to one)."""
+    at = {n: f"u_{n}[o_{n} + o1 * s_{n}[0] + o2 * s_{n}[1] + c * s_{n}[2]]" for n in ops}
+    lines = [f"def kern({args}, width):", "    n_o2 = shp[1]", "    nc = shp[2]", "    m = shp[0] * n_o2",
+             "    tid = cuda.threadIdx.x", "    ng = cuda.blockDim.x // width", "    g = tid // width",
+             "    cl = tid - g * width", "    ntile = (nc + width - 1) // width"]
+    if sums:
+        lines += [f"    sh0 = cuda.shared.array({block}, np.float64)",
+                  f"    sh1 = cuda.shared.array({block}, np.float64)"]
+    lines += ["    for blk in range(cuda.blockIdx.x, ntile * nchunk, cuda.gridDim.x):", "        j = blk // ntile",
+              "        c = (blk - j * ntile) * width + cl", "        lo = j * chunk", "        hi = min(lo + chunk, m)"]
+    if sums:
+        lines += ["        acc0 = 0.0", "        acc1 = 0.0"]
+    lines += ["        if c < nc:", "            r = lo + g", "            o1 = r // n_o2",
+              "            o2 = r - o1 * n_o2", "            while r < hi:"]
+    lines += _bias_body(direction, at, " " * 16)
+    lines += ["                r += ng", "                o2 += ng", "                while o2 >= n_o2:",
+              "                    o2 -= n_o2", "                    o1 += 1"]
+    if sums:  # want and ng are the same for every thread of the block: the barriers are reached by all or none
+        lines += ["        if want:", "            if ng == 1:", "                if c < nc:",
+                  "                    part[2 * j * nc + c] += acc0",
+                  "                    part[(2 * j + 1) * nc + c] += acc1",
+                  "            else:", "                sh0[tid] = acc0", "                sh1[tid] = acc1",
+                  "                cuda.syncthreads()", f"                w = {block // 2}",
+                  "                while w >= width:", "                    if tid < w:",
+                  "                        sh0[tid] += sh0[tid + w]",
+                  "                        sh1[tid] += sh1[tid + w]",
+                  "                    cuda.syncthreads()", "                    w //= 2",
+                  "                if tid < width and c < nc:", "                    part[2 * j * nc + c] += sh0[tid]",
+                  "                    part[(2 * j + 1) * nc + c] += sh1[tid]",
+                  "                cuda.syncthreads()"]
     return "\n".join(lines) + "\n"
 
 
@@ -925,22 +982,23 @@ def _bias_block() -> int:
 
 
 @cache
-def _bias_py(key: str, direction: str, compute: str) -> Callable:
-    """The bias_act kernel of one key, direction and compute type as a Python function (what cuda.jit and
-    compile_ptx compile)."""
+def _bias_py(key: str, direction: str, compute: str, layout: str) -> Callable:
+    """The bias_act kernel of one key, direction, compute type and layout ("strided" or "rows") as a Python
+    function (what cuda.jit and compile_ptx compile)."""
     from numba import cuda
 
     g = {"cuda": cuda, "np": np, "f": getattr(_family_formulas(key, compute), direction),
          "T": np.float64 if compute == "float64" else np.float32}
-    exec(compile(_bias_source(direction, _bias_block()), f"<multiact cuda {key} {direction}>", "exec"), g)
+    exec(compile(_bias_source(direction, _bias_block(), layout), f"<multiact cuda {key} {direction} {layout}>",
+                 "exec"), g)
     return g["kern"]
 
 
 @cache
-def _bias_jit(key: str, direction: str, compute: str) -> Any:
+def _bias_jit(key: str, direction: str, compute: str, layout: str) -> Any:
     from numba import cuda
 
-    return cuda.jit(_bias_py(key, direction, compute))
+    return cuda.jit(_bias_py(key, direction, compute, layout))
 
 
 @lru_cache(maxsize=1)
@@ -959,13 +1017,13 @@ def _bias_sums_jit() -> Any:
     return cuda.jit(_bias_sums_py())
 
 
-def _bias_arg_types(dtype: str, direction: str) -> tuple:
+def _bias_arg_types(dtype: str, direction: str, layout: str) -> tuple:
     from numba import types
 
     arr, i64, f64 = types.Array(getattr(types, dtype), 1, "C"), types.int64, types.float64
     t5 = types.UniTuple(i64, 5)
     return ((arr, i64, t5) * len(_BIAS_OPS[direction]) + (t5, i64, i64, types.Array(f64, 1, "C")) + (i64,) * 5
-            + (f64,) * 4)
+            + (f64,) * 4 + ((i64,) if layout == "rows" else ()))
 
 
 def _bias_sums_types(dtype: str) -> tuple:
@@ -1021,10 +1079,11 @@ def _run_bias(key: str, direction: str, compute: str, dtype: str, arrays: list, 
     chan = {n for n, d in zip(names, descs, strict=True)
             if d is not None and n in ("b", "s", "db", "ds") and _channelwise(d, xd)}
     views = _bias_views(descs, names, chan, xd, dim)
+    layout = _bias_layout(views, names, dim, nc)
     n = math.prod(xd.shape)
     with _OnDevice(xd.obj), _quiet():
         stream = _stream_for([d for d in descs if d is not None])
-        nchunk = _bias_nchunk(views, nc)
+        nchunk = _bias_nchunk(views, nc, layout, direction)
         part = None
         if chan & {"db", "ds"}:
             size = 2 * nchunk * nc
@@ -1033,17 +1092,38 @@ def _run_bias(key: str, direction: str, compute: str, dtype: str, arrays: list, 
             grid, block = _grid(size)
             _fill_cast()[0][grid, block, stream](_flat(pd, pd.ptr, size))
         if n:
-            _launch_bias(key, direction, compute, descs, names, chan, views, xd, nc, nchunk, part, p, dtype, stream)
+            _launch_bias(key, direction, compute, layout, descs, names, chan, views, xd, nc, nchunk, part, p, dtype,
+                         stream)
         if part is not None:
             _bias_sum_stage(part, nchunk, nc, descs, names, chan, stream)
 
 
-def _bias_nchunk(views: tuple, nc: int) -> int:
-    """Chunks per channel of one launch: enough (channel, chunk) blocks to fill the device, each chunk at least
-    four blocks' worth of elements."""
+def _bias_layout(views: tuple, names: tuple, dim: int | None, nc: int) -> str:
+    """"rows" where the channel axis has nothing inside it and is the output's fastest axis (dim=-1 of a
+    C-contiguous array: the strided layout's warps would read C elements apart), else "strided"."""
+    oshp, ishp, osts, cst, _ = views
+    if dim is None or nc < 2 or math.prod(ishp) != 1:
+        return "strided"
+    lead = names.index("out" if "out" in names else "dx")
+    return "rows" if not oshp or abs(cst[lead]) < abs(osts[lead][-1]) else "strided"
+
+
+def _bias_width(nc: int) -> int:
+    """The rows layout's channels per block: the power of two covering nc, at most the block."""
+    return min(_bias_block(), 1 << max(0, nc - 1).bit_length())
+
+
+def _bias_nchunk(views: tuple, nc: int, layout: str, direction: str) -> int:
+    """Chunks per channel (strided) or row chunks (rows) of one launch: enough blocks to fill the device; a
+    strided chunk at least four blocks' worth of elements, a rows chunk at least 4 rows per thread forward and
+    16 backward (each chunk costs the backward a float64 partial per channel, written and read once)."""
     oshp, ishp = views[0], views[1]
-    m = math.prod(oshp[-2:]) * math.prod(ishp[-2:])
     target = _SIM_GRID * 2 if _simulating() else _sms() * 8
+    if layout == "rows":
+        width = _bias_width(nc)
+        per = (4 if direction == "forward" else 16) * (_bias_block() // width)
+        return max(1, min(-(-target // -(-nc // width)), -(-math.prod(oshp[-2:]) // per)))
+    m = math.prod(oshp[-2:]) * math.prod(ishp[-2:])
     return max(1, min(-(-target // max(nc, 1)), -(-m // (4 * _bias_block()))))
 
 
@@ -1074,7 +1154,8 @@ def _two(v: list[int], pad: int) -> list[int]:
     return [pad] * (2 - len(v[-2:])) + v[-2:]
 
 
-def _launch_bias(key, direction, compute, descs, names, chan, views, xd, nc, nchunk, part, p, dtype, stream) -> None:
+def _launch_bias(key, direction, compute, layout, descs, names, chan, views, xd, nc, nchunk, part, p, dtype,
+                 stream) -> None:
     oshp, ishp, osts, cst, ists = views
     lo_n, li_n = max(0, len(oshp) - 2), max(0, len(ishp) - 2)  # dims beyond two a side: one launch per index
     k_o, k_i = _two(oshp, 1), _two(ishp, 1)
@@ -1106,14 +1187,18 @@ def _launch_bias(key, direction, compute, descs, names, chan, views, xd, nc, nch
     pd = _Desc(part if part is not None else _empty(xd.obj, (1,), np.float64))
     part_flat = _flat(pd, pd.ptr, math.prod(pd.shape))
     a, b, gain, clamp = _F.bias_params(key, p, dtype)
-    kern = _bias_jit(key, direction, compute)
-    grid = max(1, min(nc * nchunk, _SIM_GRID if _simulating() else _sms() * 32))
+    kern = _bias_jit(key, direction, compute, layout)
+    blocks, extra = nc * nchunk, ()
+    if layout == "rows":
+        width = _bias_width(nc)
+        blocks, extra = -(-nc // width) * nchunk, (width,)
+    grid = max(1, min(blocks, _SIM_GRID if _simulating() else _sms() * 32))
     for idx in np.ndindex(*(oshp[:lo_n] + ishp[:li_n])):
         args = []
         for j in range(len(descs)):
             args += [bases[j], offs0[j] + sum(i * s for i, s in zip(idx, lst[j], strict=True)), st5[j]]
         kern[grid, _bias_block(), stream](*args, shp5, nchunk, chunk, part_flat, hb, hs, hdb, hds, want, a, b,
-                                          gain, clamp)
+                                          gain, clamp, *extra)
 
 
 def _bias_sum_stage(part: Any, nchunk: int, nc: int, descs: list, names: tuple, chan: set, stream: Any) -> None:
@@ -1437,14 +1522,14 @@ def builds() -> list[Build]:
                              (f"{key} {direction}",), _family_py(*args),
                              _family_arg_types(dtype, layout == "contiguous", nin + nout),
                              lambda args=args: _family_jit(*args), family=key.split(":", 1)[0]))
-    for key, direction, dtype in _bias_builds():
+    for (key, direction, dtype), layout in itertools.product(_bias_builds(), _BIAS_LAYOUTS):
         compute = _bias_compute(key, direction, dtype)
-        args = (key, direction, compute)
+        args = (key, direction, compute, layout)
         # the backward's kernels sum db / dscale in float64 (the "_db_sums" allowance of the PTX report)
         src = key if direction == "forward" else f"{key}.{direction}_db_sums"
-        out.append(Build(f"{key}.{direction}.{dtype}.strided", src, "strided", dtype, compute, (f"{key} {direction}",),
-                         _bias_py(*args), _bias_arg_types(dtype, direction), lambda args=args: _bias_jit(*args),
-                         family="bias_act"))
+        out.append(Build(f"{key}.{direction}.{dtype}.{layout}", src, layout, dtype, compute, (f"{key} {direction}",),
+                         _bias_py(*args), _bias_arg_types(dtype, direction, layout),
+                         lambda args=args: _bias_jit(*args), family="bias_act"))
     for dtype in _DTYPES:
         out.append(Build(f"bias_act_db_sums.{dtype}.contiguous", "bias_act_db_sums", "contiguous", dtype, "float64",
                          ("bias_act backward", "bias_act backward_y"), _bias_sums_py(), _bias_sums_types(dtype),

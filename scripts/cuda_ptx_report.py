@@ -55,7 +55,7 @@ TYPES = {"pred", "b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s1
          "f16", "f16x2", "bf16", "bf16x2", "f32", "f64"}
 NOT_ARITH = {"mov", "ld", "st", "cvt", "cvta", "selp"}  # moves, memory, conversions and selects: not f64 math
 PTXAS_PATHS = ("/usr/local/bin/ptxas", "/usr/local/cuda/bin/ptxas")
-LAYOUT_ORDER = {"strided": 0, "contiguous": 1}
+LAYOUT_ORDER = {"strided": 0, "contiguous": 1, "rows": 2}
 DTYPE_ORDER = {"float16": 0, "float32": 1, "float64": 2}
 
 # Kernels of float16/float32 data that may do float64 arithmetic, by the suffix of their source, with the reason.
@@ -134,16 +134,18 @@ def family_sample(builds: list) -> list:
     return representative([b for b in fam if b.source in pick]) + bias_act_sample(builds)
 
 
-# bias_act (issue 16): 180 kernels (every key x forward, backward, backward_y where it exists x dtype) of 5-D
-# index arithmetic; CI compiles these three (a heavy formula's backward and the y form in float16 data, a
-# forward) and the three second-stage sums kernels; `--only bias_act --family all` compiles all of them
-# (tests/test_bias_act_cuda.py under MULTIACT_TEST_FULL=1; tests/results/cuda-ptx-bias_act.md).
-BIAS_ACT_SAMPLE = ("bias_act:gelu.backward.float16", "bias_act:sigmoid.backward_y.float16",
-                   "bias_act:gelu_tanh.forward.float16")
+# bias_act (issue 16): 360 kernels (every key x forward, backward, backward_y where it exists x dtype x layout:
+# "strided", one block per channel, and "rows", a warp on consecutive channels for dim=-1) of 5-D index arithmetic;
+# CI compiles these three (a heavy formula's backward in the rows layout and the y form in the strided one, each
+# with its float64 block reduction, in float16 data; a rows forward) and the three second-stage sums kernels;
+# `--only bias_act --family all` compiles all of them (tests/test_bias_act_ptx.py under MULTIACT_TEST_FULL=1;
+# tests/results/cuda-ptx-bias_act.md).
+BIAS_ACT_SAMPLE = ("bias_act:gelu.backward.float16.rows", "bias_act:sigmoid.backward_y.float16.strided",
+                   "bias_act:gelu_tanh.forward.float16.rows")
 
 
 def bias_act_sample(builds: list) -> list:
-    return [b for b in builds if b.family == "bias_act" and b.name.rsplit(".", 1)[0] in BIAS_ACT_SAMPLE]
+    return [b for b in builds if b.family == "bias_act" and b.name in BIAS_ACT_SAMPLE]
 
 
 def formula_functions(path: str) -> list[tuple[int, int, str]]:

@@ -9,7 +9,9 @@
 #      one CI compiles without a GPU (scripts/cuda_ptx_report.py);
 #   3. scripts/gpu_bench.py at 2^24 and 2^28 elements (16M, 256M), float32 and float16, every op
 #      forward and backward, against a device-to-device copy and torch's own CUDA ops, as ratios
-#      (one process, so each kernel compiles once);
+#      (one process, so each kernel compiles once); then scripts/gpu_bench_bias_act.py at 16M: bias_act
+#      (gelu, relu) forward and backward, the transformer's dim=-1 on the rows kernels and forced onto the
+#      strided ones (their ratio), NCHW dim=1, against a copy and unfused torch;
 #   4. the host CPU's AVX-512: when it has AVX-512F and the native build has an avx512 ISA, the native
 #      tests forced to it and `multiact bench` avx2 against avx512; otherwise it says which is missing;
 #   5. `multiact check --backend cuda` (the user's command for step 2's suite), if time is left.
@@ -79,7 +81,7 @@ step tests 260 150 "$py" -m pytest tests/cuda tests/test_gated_numba_cuda.py -q 
     --junitxml="$raw/tests.xml"
 
 # 3. bandwidth, 16M and 256M, in one process
-step bench 150 30 "$py" - "$raw" <<'EOF'
+step bench 150 120 "$py" - "$raw" <<'EOF'
 import runpy, sys
 raw, status = sys.argv[1], 0
 for n, name in ((1 << 24, "16M"), (1 << 28, "256M")):
@@ -93,6 +95,8 @@ for n, name in ((1 << 24, "16M"), (1 << 28, "256M")):
         status = 1
 sys.exit(status)
 EOF
+
+step bias_bench 90 60 "$py" scripts/gpu_bench_bias_act.py --out "$raw/bench-bias_act" --n $((1 << 24))
 
 # 4. AVX-512 on the host CPU
 step avx512 120 0 bash -s -- "$py" "$raw" <<'EOF'
@@ -142,6 +146,8 @@ for name in ("16M", "256M"):
     md = read(f"bench-{name}/gpu-bench.md")
     parts += [md.replace("# multiact cuda backend", f"### {name}: multiact cuda backend") if md else
               f"### {name}: no result (see gpu-check-raw/bench.log)", ""]
+parts += [read("bench-bias_act/gpu-bench-bias_act.md") or "### bias_act: no result (see gpu-check-raw/bias_bench.log)",
+          ""]
 check = read("check-cuda.json")
 parts += ["## AVX-512 on the host CPU", "", "```", read("avx512.log").strip(), "```", "",
           "## multiact check --backend cuda", "",

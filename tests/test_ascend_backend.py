@@ -10,6 +10,7 @@ import pytest
 from multiact.backends import ascend_backend as A
 
 import multiact as ma
+from multiact import consistency as C
 from multiact import reference as R
 
 
@@ -99,3 +100,152 @@ def test_torch_path_on_cpu_tensors():
     got = A.kernel("prelu", "param_grad", "float32")(dy3, x3, {"weight": w, "axis": 1})
     want = R.prelu_weight_grad(dy3.double().numpy(), x3.double().numpy(), w, 1)
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+# ---- bias_act (issue 16): ONNX Runtime for host arrays, torch ops for NPU tensors -------------------------------
+
+
+def _bias_case(shape=(4, 5, 6), dtype=np.float32, seed=31):
+    rng = np.random.default_rng(seed)
+    x, dy = ((rng.standard_normal(shape) * 2).astype(dtype) for _ in range(2))
+    return x, dy, rng.uniform(-1, 1, shape[1]).astype(dtype), rng.uniform(0.5, 1.5, shape[1]).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_bias_act_cann_graphs_run_on_cpu_provider(cann_path_on_cpu, dtype):
+    """Host arrays with backend="ascend" take the ORT graphs (here on the CPU provider): numpy's results."""
+    x, dy, b, s = _bias_case(dtype=dtype)
+    kw = {"gain": 2 ** 0.5, "clamp": 1.5, "negative_slope": 0.2}
+    tol = 2e-3 if dtype == "float16" else 2e-6
+    reg = ma.registry
+    reg.clear_cache()
+    try:
+        reg._avail["ascend"] = (True, "test: the CANN path on the CPU provider")
+        got = ma.bias_act(x, b, "leaky_relu", scale=s, backend="ascend", **kw)
+        grads = ma.bias_act_grad(dy, x, b, "leaky_relu", scale=s, backend="ascend", **kw)
+    finally:
+        reg.clear_cache()
+    np.testing.assert_allclose(got, ma.bias_act(x, b, "leaky_relu", scale=s, backend="numpy", **kw), rtol=tol,
+                               atol=tol)
+    for g, w in zip(grads, ma.bias_act_grad(dy, x, b, "leaky_relu", scale=s, backend="numpy", **kw), strict=True):
+        np.testing.assert_allclose(g, w, rtol=tol, atol=tol * 10)
+    assert {e.sess.get_providers()[0] for e in A._runner._sessions.values()} == {"CPUExecutionProvider"}
+
+
+def test_bias_act_is_refused_with_the_reason_when_no_npu_is_usable():
+    info = {b.name: b for b in ma.backends()}["ascend"]
+    if info.available:
+        pytest.skip(f"an Ascend NPU is usable here: {info.reason}")
+    x, _, b, _ = _bias_case()
+    with pytest.raises(ma.BackendError, match=r"backend 'ascend' \(backend=\) is not available: no Ascend NPU "
+                                              r"usable here: .*torch_npu"):
+        ma.bias_act(x, b, "gelu", backend="ascend")
+
+
+@pytest.fixture
+def cpu_tensors_as_npu(monkeypatch):
+    """CPU tensors that multiact sees as NPU tensors, and the ascend backend available: the dispatch of an NPU
+    call (fused_bias_act's device route, registry, ascend.kernel) down to the torch ops, run by torch's CPU
+    kernels where an NPU would run CANN's."""
+    torch = pytest.importorskip("torch")
+    from multiact import _arrays, registry
+
+    real = _arrays.kind_of
+    monkeypatch.setattr(_arrays, "kind_of", lambda a: "npu" if isinstance(a, torch.Tensor) and a.device.type ==
+                        "cpu" else real(a))
+    registry.clear_cache()
+    registry._avail["ascend"] = (True, "test: CPU tensors as NPU tensors")
+    yield torch
+    registry.clear_cache()
+
+
+def test_bias_act_dispatch_of_an_npu_call(cpu_tensors_as_npu):
+    """Without backend=, an NPU tensor goes to ascend (the one backend for npu arrays), whose kernel takes the
+    torch path (never ORT) and returns torch tensors; x is left as it was (no requires_grad, no write); ascend
+    unavailable, the same call names why."""
+    torch = cpu_tensors_as_npu
+    from multiact import registry
+
+    x, dy, b, s = _bias_case()
+    xt = torch.from_numpy(x.copy())
+    mod, _ = registry.select("bias_act:gelu", "backward", "float32", "npu")
+    assert mod.NAME == "ascend"
+    dx, db, ds = ma.bias_act_grad(torch.from_numpy(dy), xt, torch.from_numpy(b), "gelu", scale=torch.from_numpy(s))
+    assert all(isinstance(t, torch.Tensor) for t in (dx, db, ds)) and not xt.requires_grad
+    np.testing.assert_array_equal(xt.numpy(), x)
+    # multiact.torch runs the kernels below autograd (custom ops): the backward must not need autograd there
+    import multiact.torch as mt
+
+    xg, bg = torch.from_numpy(x.copy()).requires_grad_(), torch.from_numpy(b).requires_grad_()
+    mt.bias_act(xg, bg, "gelu", clamp=1.0).backward(torch.from_numpy(dy))
+    xr, br = torch.from_numpy(x).double().requires_grad_(), torch.from_numpy(b).double().requires_grad_()
+    torch.clamp(torch.nn.functional.gelu(xr + br.view(1, -1, 1)), -1.0, 1.0).backward(torch.from_numpy(dy).double())
+    np.testing.assert_allclose(xg.grad.numpy(), xr.grad.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bg.grad.numpy(), br.grad.numpy(), rtol=1e-5, atol=1e-5)
+    assert not A._runner.session_count(), "the torch path built an ONNX Runtime session"
+    registry.clear_cache()
+    registry._avail["ascend"] = (False, "no Ascend NPU usable here: test")
+    with pytest.raises(ma.BackendError, match=r"no backend can run bias_act:gelu forward in float32 on npu arrays "
+                                              r"\(.*ascend skipped: not available \(no Ascend NPU usable here"):
+        ma.bias_act(xt, torch.from_numpy(b), "gelu")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_bias_act_torch_path_against_the_float64_composition(cpu_tensors_as_npu, dtype):
+    """Every form of the shared suite (dims 1, -1, 0; per-channel and full-shape b and scale; gain; clamp hit
+    and 0) x the activations a transformer or a GAN calls, through the NPU dispatch: y, dx, db and dscale
+    against the float64 composition (fused_bias_act's reference), clamped gradients exactly 0.  To torch's
+    tolerances, not the suite's ulp bounds: these are torch's (on an NPU, CANN's) float32 kernels, and torch's
+    float32 gelu and sigmoid are off by more than 4 ulp in the tails (a measured fact, not a choice here)."""
+    torch = cpu_tensors_as_npu
+    from multiact import fused_bias_act as B
+
+    rtol, atol = (2e-3, 2e-3) if dtype == "float16" else (2e-5, 1e-5)  # torch's gelu tanh: 3e-6 off near -4
+    rng = np.random.default_rng(32)
+    shape = (3, 4, 5)
+    failures = []
+    for form in C._BIAS_FORMS:
+        for act, ap in (("linear", {}), ("relu", {}), ("leaky_relu", {"negative_slope": 0.2}), ("gelu", {}),
+                        ("gelu", {"approximate": "tanh"}), ("fast_gelu", {}), ("silu", {}), ("sigmoid", {})):
+            form_ = dict(form)
+            kinds = {k: form_.pop(k, None) for k in ("b", "scale")}
+            dim = form_["dim"] % 3
+            x, dy = ((rng.standard_normal(shape) * 3).astype(dtype) for _ in range(2))
+            sides = {k: None if v is None else rng.uniform(-1.5, 1.5, shape[dim] if v == "c" else shape).astype(dtype)
+                     for k, v in kinds.items()}
+            kw = {**form_, **ap}
+            call = B.resolve({**form_, "act": act}, ap, "bias_act()")
+            full = {}
+            for k, v in sides.items():
+                if v is not None and v.ndim == 1:
+                    view = [1, 1, 1]
+                    view[dim] = shape[dim]
+                    v = v.reshape(view)
+                full[k] = v
+            want_y = B.reference_forward(call, x, full["b"], full["scale"])
+            want_dx, dz = B.reference_backward(call, dy, x, full["b"], full["scale"])
+            t = {k: None if v is None else torch.from_numpy(v) for k, v in sides.items()}
+            y = ma.bias_act(torch.from_numpy(x), t["b"], act, scale=t["scale"], **kw).numpy()
+            grads = ma.bias_act_grad(torch.from_numpy(dy), torch.from_numpy(x), t["b"], act, scale=t["scale"], **kw)
+            grads = grads if isinstance(grads, tuple) else (grads,)
+            name = f"{C.case_id({**form, 'act': act, **ap})}"
+            checks = [("y", y, want_y, np.abs(want_y)), ("dx", grads[0].numpy(), want_dx, np.abs(want_dx))]
+            axes = tuple(a for a in range(3) if a != dim)
+            for i, (k, term) in enumerate((("b", dz), ("scale", dz * x.astype(np.float64))), 1):
+                if sides[k] is None:
+                    continue
+                got = grads[i].numpy()
+                if got.shape == shape:
+                    checks.append((f"d{k}", got, term, np.abs(term)))
+                else:
+                    checks.append((f"d{k}", got, term.sum(axis=axes), np.abs(term).sum(axis=axes)))
+            for what, got, want, mag in checks:
+                bad = ~(np.abs(got.astype(np.float64) - want) <= rtol * mag + atol)
+                if bad.any():
+                    failures.append(f"{name} {what}: {bad.sum()} bad, e.g. got {got[bad][0]!r} want {want[bad][0]!r}")
+            if call.kp["clamp"] != float("inf"):
+                hit = np.abs(call.forward_ref(np.asarray(B._z(x.astype(np.float64), full["b"], full["scale"]),
+                                                         np.float64)) * call.kp["gain"]) > call.kp["clamp"] * 1.01
+                if (grads[0].numpy()[hit] != 0).any():
+                    failures.append(f"{name}: a clamped element has a nonzero dx")
+    assert not failures, "\n".join(failures[:20])

@@ -302,6 +302,9 @@ def test_launched_kernels_are_the_ones_compiled_without_a_gpu(kind):
         w = kind.to(np.full(6, 0.25, dtype=dtype))
         ma.relu(x), ma.relu(x[:, ::2]), ma.gelu_grad(dy, x), ma.sigmoid_grad(dy, y=x)
         ma.prelu(x, w, axis=1), ma.prelu_weight_grad(dy, x, w, axis=1), ma.swish_beta_grad(dy, x, 1.1)
+        if dtype == "float32":  # bias_act's two layouts: rows (channels innermost), strided (dim=0)
+            ma.bias_act(x, w, "gelu", dim=-1), ma.bias_act_grad(dy, x, w, "gelu", dim=-1)
+            ma.bias_act_grad(dy, x, kind.to(np.full(4, 0.5, dtype=dtype)), "gelu", dim=0)
     builds = cb.builds()
     compiled = {(id(b.pyfunc), tuple(b.argtypes)) for b in builds}
     dispatchers = {id(d): d for d in (b.dispatcher() for b in builds)}.values()

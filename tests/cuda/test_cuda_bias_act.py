@@ -43,6 +43,13 @@ def test_suite_sample(kind, params, dtype):
     assert not failures, "\n".join(failures)
 
 
+def _flip(kind, a, axis: int):
+    """a reversed along axis: a negative-stride view (torch tensors have none: a flipped copy there)."""
+    if kind.name == "torch":
+        return a.flip(axis)
+    return a[(slice(None),) * axis + (slice(None, None, -1),)]
+
+
 def _host_ref(fn, *arrays, **kw):
     out = fn(*[np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in arrays], backend="numpy", **kw)
     return out if isinstance(out, tuple) else (out,)
@@ -59,11 +66,11 @@ def test_layouts_in_place_and_out(kind, dtype):
              ("6-d dim 0", six[:, :, ::-1], 0)]
     for name, xh, dim in cases:
         x = kind.to(base)[:, ::2] if name == "strided" else kind.to(base).T if name == "transposed" else \
-            kind.to(six) if name != "6-d dim 0" else kind.to(six)[:, :, ::-1]
+            kind.to(six) if name != "6-d dim 0" else _flip(kind, kind.to(six), 2)
         c = xh.shape[dim]
         bh = rng.standard_normal(2 * c).astype(dtype)[::-2]
         sh = rng.standard_normal(c).astype(dtype)
-        b = kind.to(bh[::-1].copy())[::-1]  # a negative stride on the device too
+        b = _flip(kind, kind.to(bh[::-1].copy()), 0)  # a negative stride on the device too
         s = kind.to(sh)
         dyh = rng.standard_normal(xh.shape).astype(dtype)
         kw = {"dim": dim, "gain": 1.5, "clamp": 2.0}
@@ -84,6 +91,44 @@ def test_layouts_in_place_and_out(kind, dtype):
         xi = kind.to(np.ascontiguousarray(xh))
         assert ma.bias_act(xi, b, "silu", scale=s, out=xi, **kw) is xi
         np.testing.assert_allclose(kind.host(xi), want, rtol=2e-6, atol=1e-6, err_msg=f"{name} in place")
+
+
+def test_rows_layout_where_channels_are_innermost(kind, monkeypatch):
+    """dim=-1 of a C-contiguous x (the transformer's (T, hidden)), reversed channels and (N, C) with dim=1 run
+    the "rows" kernels (a warp on consecutive channels of a row; more channels than a block: tiles, several row
+    chunks, more blocks than the grid; narrow C: row groups reduced in shared memory); NCHW keeps the strided
+    ones, and so does a transposed (N, C) into a transposed out (the layout follows the output: a transposed x
+    into a new, C-contiguous dx runs rows).  Each equal to the numpy backend, db / dscale the same bits run to
+    run."""
+    cb = registry.module("cuda")
+    seen = []
+    jit = cb._bias_jit
+    monkeypatch.setattr(cb, "_bias_jit", lambda *a: seen.append(a[3]) or jit(*a))
+    rng = np.random.default_rng(24)
+    wide = cb._bias_block() + 8  # two channel tiles
+    r = lambda *shape: (rng.standard_normal(shape) * 2).astype(np.float32)  # noqa: E731
+    cases = [("(T, C) dim -1", r(17, wide), -1, "rows"), ("reversed channels", r(3, wide)[:, ::-1], -1, "rows"),
+             ("(N, C) dim 1", r(130, 3), 1, "rows"), ("NCHW", r(2, 3, 4, 2), 1, "strided"),
+             ("transposed", r(5, 4).T, 1, "strided")]
+    for name, xh, dim, fwd in cases:
+        c = xh.shape[dim]
+        bh, sh, dyh = r(c), r(c), r(*xh.shape)
+        x = _flip(kind, kind.to(np.ascontiguousarray(xh[:, ::-1])), 1) if name == "reversed channels" else \
+            kind.to(np.ascontiguousarray(xh.T)).T if name == "transposed" else kind.to(xh)
+        kw = {"dim": dim, "gain": 1.5, "clamp": 2.5}
+        out = kind.to(np.zeros(xh.shape[::-1], np.float32)).T if name == "transposed" else None
+        seen.clear()
+        got = kind.host(ma.bias_act(x, kind.to(bh), "gelu", scale=kind.to(sh), out=out, **kw))
+        np.testing.assert_allclose(got, _host_ref(ma.bias_act, xh, bh, "gelu", scale=sh, **kw)[0], rtol=2e-6,
+                                   atol=1e-6, err_msg=name)
+        assert seen == [fwd], (name, seen)
+        runs = [ma.bias_act_grad(kind.to(dyh), x, kind.to(bh), "gelu", scale=kind.to(sh), **kw) for _ in range(2)]
+        assert set(seen[1:]) == {"strided" if name == "NCHW" else "rows"}, (name, seen)
+        for g, w, what in zip(runs[0], _host_ref(ma.bias_act_grad, dyh, xh, bh, "gelu", scale=sh, **kw),
+                              ("dx", "db", "dscale"), strict=True):
+            np.testing.assert_allclose(kind.host(g), w, rtol=2e-5, atol=2e-5, err_msg=f"{name} {what}")
+        for a, b in zip(*runs, strict=True):
+            np.testing.assert_array_equal(kind.host(a), kind.host(b), err_msg=f"{name}: not deterministic")
 
 
 def test_full_shape_sides_no_sides_and_empty(kind):
