@@ -403,11 +403,15 @@ def _view(a: Any) -> np.ndarray:
     return a.detach().numpy() if a.requires_grad else a.numpy()
 
 
-def _direct(a: Any) -> bool:
-    """Whether a CPU tensor's memory can go to a kernel as one address (`_Fast.at`): strided layout (not
-    sparse or mkldnn), contiguous, and no lazy negation bit (which numpy() refuses, and an address would
-    silently ignore).  Anything else takes NumPy views, whose refusals are the checked path's."""
-    return a.layout is _STRIDED[0] and a.is_contiguous() and not a.is_neg()
+def direct_test(t: str) -> str:
+    """The test (Python source, on the CPU tensor named t) that its memory can go to a kernel as one address
+    (`_Fast.at`): strided layout (not sparse or mkldnn), contiguous, and no lazy negation bit (which numpy()
+    refuses, and an address would silently ignore); anything else takes NumPy views, whose refusals are the
+    checked path's.  The generated functions inline it (names _STRIDED as here)."""
+    return f"{t}.layout is _STRIDED[0] and {t}.is_contiguous() and not {t}.is_neg()"
+
+
+_direct = eval(f"lambda a: {direct_test('a')}")  # noqa: S307 - a constant expression, above
 
 
 def eager_forward(hit: _Fast, x: Any) -> Any:
