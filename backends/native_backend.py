@@ -159,6 +159,15 @@ def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
     fn, pack = ffi.cast("void *", ffi.addressof(lib, sym)), _packer(names)
     const = pack({}) if not names else None
     run = lib.ma_run_binary if binary else lib.ma_run_unary
+    entry = lib.ma_call_binary if binary else lib.ma_call_unary
+
+    def at(p: dict) -> tuple[Callable, Any]:
+        """(entry, handle) running this kernel with the parameters p on contiguous memory given as addresses
+        (Python ints): entry(handle, x, y, n, nthreads), binary entry(handle, u, v, y, n, nthreads).  Built
+        once per cached call by the tensor hot path, which then needs no ffi.from_buffer nor NumPy views."""
+        a, b, c, d = const or pack(p)
+        block = {"fn": fn, "elsize": elsize, "cost": cost, "p": {"a": a, "b": b, "c": c, "d": d}}
+        return entry, ffi.new("ma_call *", block)
 
     def strided(arrays, out, a, b, c, d):
         flat = _flat(*arrays, out)  # Fortran order: flat views in memory order
@@ -179,6 +188,7 @@ def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
             if out.size:
                 run(fn, bu, bv, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
+        k2.at = at
         return k2
 
     def k1(x, out, p):
@@ -190,6 +200,7 @@ def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
         if out.size:
             run(fn, bx, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
+    k1.at = at
     return k1
 
 

@@ -141,6 +141,11 @@ def {name}(x{pre}, *, out=None, backend=None):
     elif type(x) is _tt[0] and {fast}(backend is None or type(backend) is str):
         hit = _cache.get(('forward', x.dtype{keys}, backend, _prefs()))
         if hit is not None:
+            at = hit.at
+            if at is not None and out is None and x.is_cpu and {direct}:
+                res = _tempty[0](x)
+                at[0](at[1], x.data_ptr(), res.data_ptr(), res.numel(), _threads())
+                return res
             res = _thot(hit, _FN, ('x',), (x,), out)
             if res is not _MISS:
                 return res
@@ -150,7 +155,8 @@ def {name}(x{pre}, *, out=None, backend=None):
 # One hot path for x and y= (a cached backward_y passed _grad's y= checks for these parameters and
 # this dtype before it was cached; an op without a y-form never has one, so y= reaches _grad's message).
 # Plain CPU tensors take dispatch.tensor_hot the same way (keyed by the torch dtype), which hands any call
-# it cannot vouch for back to the checked path.
+# it cannot vouch for back to the checked path; the forward runs its commonest case (no out=, a contiguous
+# tensor, a kernel that takes addresses: dispatch.tensor_hot's first branch) itself, one call fewer.
 _FAST_GRAD = """
 def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
     if type(dy) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
@@ -217,7 +223,8 @@ def _make(spec: OpSpec) -> dict[str, Any]:
         "_spec": spec, "_call": dispatch.call, "_grad": _grad, "_nd": np.ndarray, "_empty_like": np.empty_like,
         "_cache": dispatch.fast_cache(spec), "_prefs": registry.preference_key, "_NUM": _NUM,
         "_zero_key": _zero_key, "_check_out": dispatch.check_out, "_annotate": dispatch.annotate,
-        "_tt": dispatch.TENSOR, "_thot": dispatch.tensor_hot, "_MISS": dispatch.MISS,
+        "_tt": dispatch.TENSOR, "_thot": dispatch.tensor_hot, "_MISS": dispatch.MISS, "_tempty": dispatch._EMPTY_LIKE,
+        "_STRIDED": dispatch._STRIDED, "_threads": dispatch._threads,
         "_FN": spec.label("forward"), "_FN_GRAD": spec.label("backward"), "REQUIRED": REQUIRED,
     }
     if any(p.kind == "array" for p in spec.params):  # prelu's weight: always the checked path
@@ -230,7 +237,7 @@ def _make(spec: OpSpec) -> dict[str, Any]:
     else:
         fast, keys = _fast_terms(spec)
         src = [
-            _FAST_FWD.format(name=name, pre=pre, fast=fast, keys=keys, pdict=pdict),
+            _FAST_FWD.format(name=name, pre=pre, fast=fast, keys=keys, pdict=pdict, direct=dispatch.direct_test("x")),
             _FAST_GRAD.format(name=name, pre=gpre, fast=fast, keys=keys, pdict=pdict),
         ]
     if spec.param_grad is not None:

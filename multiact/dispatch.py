@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _arrays, registry
 from . import dtypes as _dtypes
+from ._config import get_num_threads as _threads
 from .optable import OpSpec, value_key
 
 _HOST_KINDS = ("numpy", "torch", "other")
@@ -231,12 +232,14 @@ _fast_caches: dict[str, dict[tuple, Any]] = {}
 
 
 class _Fast:
-    """A resolved call: the kernel, its checked parameters, and who runs it."""
+    """A resolved call: the kernel, its checked parameters, and who runs it; `at`, for a call cached for
+    tensors whose kernel can run on raw addresses (the native elementwise kernels' `at`), the
+    (entry, handle) pair that does so, else None."""
 
-    __slots__ = ("kernel", "p", "mod", "what")
+    __slots__ = ("kernel", "p", "mod", "what", "at")
 
     def __init__(self, kernel, p, mod, what):
-        self.kernel, self.p, self.mod, self.what = kernel, p, mod, what
+        self.kernel, self.p, self.mod, self.what, self.at = kernel, p, mod, what, None
 
 
 def fast_cache(spec: OpSpec) -> dict[tuple, Any]:
@@ -346,6 +349,8 @@ def call(
         if _plain(named, out) and all(arrs[n] is a for n, a in named.items()):
             _remember(spec, direction, like.dtype, backend, hit)
         elif _plain_tensors(named, out):
+            at = getattr(kernel, "at", None)
+            hit.at = None if at is None else at(p)
             _remember(spec, direction, next(iter(named.values())).dtype, backend, hit)
     if out is not None:
         _arrays.mark_written(out)
@@ -398,12 +403,27 @@ def _view(a: Any) -> np.ndarray:
     return a.detach().numpy() if a.requires_grad else a.numpy()
 
 
+def direct_test(t: str) -> str:
+    """The test (Python source, on the CPU tensor named t) that its memory can go to a kernel as one address
+    (`_Fast.at`): strided layout (not sparse or mkldnn), contiguous, and no lazy negation bit (which numpy()
+    refuses, and an address would silently ignore); anything else takes NumPy views, whose refusals are the
+    checked path's.  The generated functions inline it (names _STRIDED as here)."""
+    return f"{t}.layout is _STRIDED[0] and {t}.is_contiguous() and not {t}.is_neg()"
+
+
+_direct = eval(f"lambda a: {direct_test('a')}")  # noqa: S307 - a constant expression, above
+
+
 def eager_forward(hit: _Fast, x: Any) -> Any:
     """multiact.torch's autograd path: the cached forward on a plain CPU tensor x that requires grad
     (the caller checked type, device and cache key); the result's dtype is x's."""
     y = _EMPTY_LIKE[0](x)
+    at = hit.at
     try:
-        hit.kernel(_view(x), _view(y), hit.p)
+        if at is not None and _direct(x):
+            at[0](at[1], x.data_ptr(), y.data_ptr(), y.numel(), _threads())
+        else:  # a lazily negated x computes as torch's own ops do: on its value
+            hit.kernel(_view(x.resolve_neg()), _view(y), hit.p)
     except Exception as e:
         annotate(e, hit)
         raise
@@ -416,8 +436,12 @@ def eager_backward(hit: _Fast, g: Any, x: Any) -> Any:
     if type(g) is not TENSOR[0] or not g.is_cpu or g.dtype is not x.dtype:
         return tensor_hot(hit, "", ("dy", "x"), (g, x), None) if type(g) is TENSOR[0] else MISS
     y = _EMPTY_LIKE[0](x)
+    at = hit.at
     try:
-        hit.kernel(_view(g), _view(x), _view(y), hit.p)
+        if at is not None and _direct(g) and _direct(x):
+            at[0](at[1], g.data_ptr(), x.data_ptr(), y.data_ptr(), y.numel(), _threads())
+        else:
+            hit.kernel(_view(g.resolve_neg()), _view(x.resolve_neg()), _view(y), hit.p)
     except Exception as e:
         annotate(e, hit)
         raise
@@ -427,15 +451,23 @@ def eager_backward(hit: _Fast, g: Any, x: Any) -> Any:
 def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any) -> Any:
     """Run a cached call on plain CPU tensors (ins[-1] is the array whose dtype and shape the result
     takes; the generated function checked its type); MISS where the checked path must decide (another
-    device, dtype or shape, an out= it refuses)."""
+    device, dtype or shape, an out= it refuses).  A result it allocates goes to the kernel as an address
+    with contiguous inputs where the kernel allows (`_Fast.at`), else as NumPy views like the inputs."""
     like = ins[-1]
     if not like.is_cpu:
         return MISS
     dt = like.dtype
     if out is None and len(ins) == 1:  # the common case, with nothing in the way
+        at = hit.at
+        if at is None or not _direct(like):
+            if like.is_neg():  # numpy() refuses it: the checked path (multiact.torch: the custom op) decides
+                return MISS
+            at = None
         y = _EMPTY_LIKE[0](like)  # torch's allocation (a little cheaper than NumPy's, and resizable)
         try:
-            if dt is _BF16[0]:
+            if at is not None:
+                at[0](at[1], like.data_ptr(), y.data_ptr(), y.numel(), _threads())
+            elif dt is _BF16[0]:
                 hit.kernel(_view(like), _view(y), hit.p)
             else:
                 hit.kernel(like.detach().numpy() if like.requires_grad else like.numpy(), y.numpy(), hit.p)
@@ -447,6 +479,15 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
         a = ins[0]
         if type(a) is not TENSOR[0] or a.dtype != dt or a.shape != like.shape or not a.is_cpu:
             return MISS
+        at = hit.at
+        if out is None and at is not None and _direct(a) and _direct(like):
+            y = _EMPTY_LIKE[0](like)
+            try:
+                at[0](at[1], a.data_ptr(), like.data_ptr(), y.data_ptr(), y.numel(), _threads())
+            except Exception as e:
+                annotate(e, hit)
+                raise
+            return y
     arrs = (_view(like),) if len(ins) == 1 else (_view(ins[0]), _view(like))
     if out is None:
         y = _EMPTY_LIKE[0](like)
@@ -466,14 +507,13 @@ def tensor_hot(hit: _Fast, fn: str, names: tuple[str, ...], ins: tuple, out: Any
 
 
 _BF16: list[Any] = [None]
-_FROM_NUMPY: list[Any] = [None]
+_STRIDED: list[Any] = [None]
 _EMPTY_LIKE: list[Any] = [None]
 
 
 def _torch_ready() -> None:
     torch = sys.modules["torch"]
-    TENSOR[0], _BF16[0] = torch.Tensor, torch.bfloat16
-    _FROM_NUMPY[0], _EMPTY_LIKE[0] = torch.from_numpy, torch.empty_like
+    TENSOR[0], _BF16[0], _STRIDED[0], _EMPTY_LIKE[0] = torch.Tensor, torch.bfloat16, torch.strided, torch.empty_like
 
 
 def _call_masked(spec: OpSpec, direction: str, named: dict, p: dict, out: Any, backend: str | None) -> Any:

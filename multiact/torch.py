@@ -563,14 +563,13 @@ def _doc(spec: OpSpec) -> str:
 # (Parameter, FakeTensor), other devices, inplace=True, tensor parameters, and the first call of a kind.
 
 
-def _eager() -> bool:
-    """Whether a call runs eagerly with no tracer, transform or mode that must see the custom op."""
-    return not (_compiling() or _C._is_tracing() or _C._are_functorch_transforms_active()
-                or _C._is_torch_function_mode_enabled() or _C._len_torch_dispatch_stack())
-
-
+# Whether a call runs eagerly with no tracer, transform or mode that must see the custom op (Python source,
+# inlined by the generated functions over the names in _EAGER_NAMES).
+_EAGER_TEST = "not (_compiling() or _tracing() or _transforms() or _function_mode() or _dispatch_modes())"
 _C = torch._C
-_compiling = torch.compiler.is_compiling
+_EAGER_NAMES = {"_compiling": torch.compiler.is_compiling, "_tracing": _C._is_tracing,
+                "_transforms": _C._are_functorch_transforms_active,
+                "_function_mode": _C._is_torch_function_mode_enabled, "_dispatch_modes": _C._len_torch_dispatch_stack}
 _X = ("x",)
 
 
@@ -588,9 +587,9 @@ class _Eager(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         (x,) = ctx.saved_tensors
-        s, key, vals = _BACKWARD[ctx.hit]
+        s, cache, key, vals = _BACKWARD[ctx.hit]
         if not _C.is_grad_enabled():  # the backward is not recorded: no second order through it
-            hit = dispatch.fast_cache(s.spec).get(key + (registry.preference_key(),))
+            hit = cache.get(key + (registry.preference_key(),))
             if hit is not None:
                 dx = dispatch.eager_backward(hit, g, x)
                 if dx is not dispatch.MISS:
@@ -598,7 +597,15 @@ class _Eager(torch.autograd.Function):
         return s.grad(g, x, *vals), None  # the custom op: differentiable, and it fills the cache
 
 
-_BACKWARD: dict[Any, tuple] = {}  # a cached forward call -> (its op set, its backward's cache key, custom op args)
+# a cached forward call -> (its op set, the op's hot-path cache, its backward's cache key, custom op args)
+_BACKWARD: dict[Any, tuple] = {}
+
+# Function.apply's Python layer binds setup_context's arguments and routes functorch transforms; the eager
+# test (_EAGER_TEST) has ruled transforms out and _Eager has no setup_context, so the hot path calls the C apply
+# beneath it, after the one step of that layer that still applies: a tensor left over from a finished
+# transform, unwrapped.
+_eager_apply = super(torch.autograd.Function, _Eager).apply
+_undead = torch._C._functorch.unwrap_if_dead
 
 
 def _eager_grad(s: _OpSet, hit, key: tuple, vals: tuple):
@@ -607,7 +614,7 @@ def _eager_grad(s: _OpSet, hit, key: tuple, vals: tuple):
     if got is None:
         kinds = [p.kind for p in s.spec.params] + ["backend"]
         args = tuple(_float(v) if k == "float" else v for v, k in zip(vals, kinds, strict=True))
-        got = _BACKWARD[hit] = (s, ("backward", *key), args)
+        got = _BACKWARD[hit] = (s, dispatch.fast_cache(s.spec), ("backward", *key), args)
         if len(_BACKWARD) > 4096:
             _BACKWARD.clear()
             _BACKWARD[hit] = got
@@ -622,16 +629,24 @@ def _make_function(spec: OpSpec):
     if any(p.kind == "array" for p in spec.params):  # prelu's weight: always the custom ops
         body = ""
     else:
+        eager = _EAGER_TEST
         body = (
-            f"    if type(x) is _T and not inplace and {fast}(backend is None or type(backend) is str) and _eager():\n"
-            f"        k = (x.dtype{keys}, backend)\n"
-            f"        hit = _cache.get(('forward', *k, _prefs()))\n"
+            f"    if type(x) is _T and not inplace and {fast}(backend is None or type(backend) is str) and {eager}:\n"
+            f"        key = ('forward', x.dtype{keys}, backend, _prefs())\n"
+            f"        hit = _cache.get(key)\n"
             f"        if hit is not None and x.is_cpu:\n"
             f"            if x.requires_grad and _grad_on():\n"
             f"                if hit not in _BACKWARD:\n"
-            f"                    _eager_grad(_set, hit, k, ({values}backend,))\n"
-            f"                return _Eager.apply(x, hit)\n"
-            f"            return _thot(hit, _FN, _X, (x,), None)\n"
+            f"                    _eager_grad(_set, hit, key[1:-1], ({values}backend,))\n"
+            f"                return _eager_apply(_undead(x), hit)\n"
+            f"            at = hit.at\n"
+            f"            if at is not None and {dispatch.direct_test('x')}:\n"
+            f"                y = _tempty[0](x)\n"
+            f"                at[0](at[1], x.data_ptr(), y.data_ptr(), y.numel(), _threads())\n"
+            f"                return y\n"
+            f"            y = _thot(hit, _FN, _X, (x,), None)\n"
+            f"            if y is not _MISS:\n"
+            f"                return y\n"
         )
     src = (
         f"def {spec.name}(x{pre}, *, inplace=False, backend=None):\n"
@@ -639,9 +654,11 @@ def _make_function(spec: OpSpec):
         f"    return _apply(_spec, x, {pdict}, inplace, backend)\n"
     )
     ns: dict[str, Any] = {
-        "_spec": spec, "_apply": _apply, "_T": torch.Tensor, "_eager": _eager, "_NUM": api._NUM,
+        **_EAGER_NAMES, "_tempty": dispatch._EMPTY_LIKE, "_STRIDED": dispatch._STRIDED, "_threads": dispatch._threads,
+        "_spec": spec, "_apply": _apply, "_T": torch.Tensor, "_NUM": api._NUM,
         "_zero_key": api._zero_key, "_cache": dispatch.fast_cache(spec), "_prefs": registry.preference_key,
-        "_grad_on": _C.is_grad_enabled, "_Eager": _Eager, "_set": SETS[spec.name], "_thot": dispatch.tensor_hot,
+        "_grad_on": _C.is_grad_enabled, "_eager_apply": _eager_apply, "_undead": _undead, "_set": SETS[spec.name],
+        "_thot": dispatch.tensor_hot, "_MISS": dispatch.MISS,
         "_FN": spec.label("forward"), "_X": _X, "_BACKWARD": _BACKWARD, "_eager_grad": _eager_grad,
     }
     exec(compile(src, f"<multiact.torch.{spec.name}>", "exec"), ns)  # noqa: S102 - generated from the op table

@@ -79,6 +79,10 @@ CASES = [
     ("y-condition", lambda: ma.leaky_relu_grad(X, y=X, negative_slope=-0.1), ValueError, "negative_slope > 0"),
     ("backend-list", lambda: ma.relu(X, backend=["numpy"]), TypeError, "backend must be a backend name"),
     ("meta-device", lambda: ma.relu(X.to("meta")), ma.BackendError, "on torch-meta arrays"),
+    # tensors whose memory is not one plain address: the address path (_Fast.at) must leave them to the views
+    ("negative-bit", lambda: ma.relu(torch._neg_view(X)), RuntimeError, "negative bit"),
+    ("grad-negative-bit", lambda: ma.gelu_grad(torch._neg_view(X), X), RuntimeError, "negative bit"),
+    ("sparse", lambda: ma.relu(X.to_sparse()), TypeError, "Sparse layout"),
     ("mt-param-nan", lambda: mt.leaky_relu(X, float("nan")), ValueError, "negative_slope"),
     ("mt-param-list", lambda: mt.leaky_relu(X.clone().requires_grad_(), [0.2]), Exception, "negative_slope"),
     ("mt-backend-unknown", lambda: mt.relu(X, backend="tpu"), ValueError, "unknown backend"),
@@ -222,3 +226,70 @@ def test_mt_parameter_subclass_and_inplace_keep_their_paths():
     mt.relu(x), mt.relu(x)
     v = x._version
     assert mt.relu(x, inplace=True) is x and x._version > v
+
+
+def _native_f32() -> bool:
+    return ma.registry.module("native").supports("gelu_tanh", "forward", "float32")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32, torch.bfloat16])
+def test_contiguous_tensors_reach_the_native_kernels_as_addresses(dtype):
+    """The address path (one C call on the tensors' data pointers, no NumPy views) is taken where it can
+    be, and equals the views' path bit for bit: forward, backward, mt's autograd, threads and empty tensors."""
+    if not ma.registry.module("native").supports("gelu_tanh", "forward", str(dtype).replace("torch.", "")):
+        pytest.skip("no native kernel for this dtype here")
+    dispatch.clear_fast_caches()
+    x = torch.linspace(-4, 4, 1000, dtype=dtype)
+    g = torch.linspace(2, -2, 1000, dtype=dtype)
+    cold = [ma.gelu(x, "tanh"), ma.gelu_grad(g, x, "tanh")]
+    hits = [h for k, h in dispatch.fast_cache(OPS["gelu"]).items() if k[1] is dtype]
+    assert hits and all(h.at is not None for h in hits)
+    for _ in range(2):
+        warm = [ma.gelu(x, "tanh"), ma.gelu_grad(g, x, "tanh")]
+        for c, w in zip(cold, warm, strict=True):
+            assert w.dtype == dtype and torch.equal(c, w)
+    if dtype == torch.float32:  # the same kernel on NumPy arrays
+        np.testing.assert_array_equal(warm[0].numpy(), ma.gelu(x.numpy(), "tanh"))
+    for backward in ("dense", "expanded"):  # autograd's g: contiguous, or sum()'s stride-0 ones
+        for _ in range(3):
+            xg = x.clone().requires_grad_()
+            y = mt.gelu(xg, "tanh")
+            (y * g).sum().backward() if backward == "dense" else y.sum().backward()
+            assert torch.equal(y.detach(), cold[0])
+            want = cold[1] if backward == "dense" else ma.gelu_grad(torch.ones_like(x), x, "tanh")
+            assert torch.equal(xg.grad, want), backward
+    assert type(y.grad_fn).__name__ == "_EagerBackward"
+    for n in (0, 1, 3):
+        e = torch.linspace(-1, 1, n, dtype=dtype)
+        dispatch.clear_fast_caches()
+        c = ma.gelu(e, "tanh")
+        for _ in range(2):
+            assert torch.equal(ma.gelu(e, "tanh"), c)
+
+
+def test_the_address_path_splits_large_calls_over_threads_like_the_views():
+    if not _native_f32():
+        pytest.skip("no native float32 kernels here")
+    x = torch.linspace(-5, 5, 1 << 19)
+    one = ma.silu(x.numpy())
+    before = ma.get_num_threads()
+    ma.set_num_threads(2)
+    try:
+        ma.silu(x)
+        for _ in range(2):
+            np.testing.assert_array_equal(ma.silu(x).numpy(), one)
+    finally:
+        ma.set_num_threads(before)
+
+
+def test_mt_computes_a_lazily_negated_tensor_cold_and_warm():
+    """torch's own ops compute on a negative-bit view's value (ma's NumPy view refuses it: see CASES)."""
+    dispatch.clear_fast_caches()
+    for _ in range(3):
+        v = torch._neg_view(_x())
+        torch.testing.assert_close(mt.leaky_relu(v, 0.2), F.leaky_relu(-_x(), 0.2), rtol=0, atol=0)
+        xg = _x().requires_grad_()
+        y = mt.leaky_relu(torch._neg_view(xg), 0.2)
+        y.backward(torch._neg_view(torch.ones(N)))
+        torch.testing.assert_close(y, F.leaky_relu(-_x(), 0.2), rtol=0, atol=0)
+        torch.testing.assert_close(xg.grad, torch.where(_x() < 0, 1.0, 0.2), rtol=0, atol=0)

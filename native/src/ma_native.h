@@ -71,6 +71,17 @@ void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, uns
                   float a, float b, float c, float d, int nthreads);
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
                    float a, float b, float c, float d, int nthreads);
+/* The same calls for the tensor hot path: one resolved kernel (fn, elsize, cost and its parameters a..d,
+ * built once per cached call) and the arrays as plain addresses of contiguous memory, which cffi converts
+ * from Python ints without building a cdata per array (ffi.from_buffer, ffi.cast: the slow parts). */
+typedef struct ma_call {
+    void *fn;
+    size_t elsize;
+    unsigned cost;
+    ma_params p;
+} ma_call;
+void ma_call_unary(const ma_call *k, uintptr_t x, uintptr_t y, size_t n, int nthreads);
+void ma_call_binary(const ma_call *k, uintptr_t u, uintptr_t v, uintptr_t y, size_t n, int nthreads);
 void ma_f16_to_f32(const uint16_t *h, float *f, size_t n);
 void ma_f32_to_f16(const float *f, uint16_t *h, size_t n);
 /* bfloat16: the scalar rule every ISA's kernels follow (ma_half.h: shift up; round to nearest even) */

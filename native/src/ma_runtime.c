@@ -173,6 +173,15 @@ void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, 
     run_job(fn, u, v, out, n, elsize, cost, a, b, c, d, nthreads);
 }
 
+void ma_call_unary(const ma_call *k, uintptr_t x, uintptr_t y, size_t n, int nthreads) {
+    run_job(k->fn, (const void *)x, NULL, (void *)y, n, k->elsize, k->cost, k->p.a, k->p.b, k->p.c, k->p.d, nthreads);
+}
+
+void ma_call_binary(const ma_call *k, uintptr_t u, uintptr_t v, uintptr_t y, size_t n, int nthreads) {
+    run_job(k->fn, (const void *)u, (const void *)v, (void *)y, n, k->elsize, k->cost, k->p.a, k->p.b, k->p.c,
+            k->p.d, nthreads);
+}
+
 void ma_f16_to_f32(const uint16_t *h, float *f, size_t n) {
     for (size_t i = 0; i < n; i++) f[i] = ma_h2f(h[i]);
 }
