@@ -344,10 +344,9 @@ static inline __attribute__((always_inline)) VI ma_bf_hi(V v) {
  * the dropped bits l exceed half an ulp or are half of one with h odd, is h + the top bit of l - (1 - lsb(h))
  * (vpsubusw saturates at 0 where l = 0): vpandn, vpsubusw, vpsrlw, vpaddw, the same bits as x + 0x7fff +
  * lsb for every x that is not NaN (h is never 0xffff then, so no wrap).  The step is tested for NaN once;
- * one NaN lane sends the step through ma_bf_hi.  Zen 3, 64K in cache, 1 thread: sigmoid forward 0.66 ->
- * 0.61 ns/element (float16 0.58), leaky_relu 0.17 -> 0.13 (float16 0.11) against the unpack / 32-bit
- * rounding / vpackusdw sequence (benchmarks/results/bf16-native-x86-2core.txt).  Streaming: 16-byte
- * quarters (the stream head aligns y to 16 bytes). */
+ * one NaN lane sends the step through ma_bf_hi.  8 vector ops per 16 elements where the 32-bit rounding and
+ * vpackusdw took 11 (Zen 3, in cache: benchmarks/results/bf16-native-x86-2core.txt).  Streaming: two
+ * 32-byte stores (the stream head aligns y to 32 bytes: ALIGN_bf16). */
 #define MA_HAVE_BF4 1
 static inline __attribute__((always_inline)) void ma_bf_load4(const uint16_t *p, V *a) {
     __m256i v0 = _mm256_loadu_si256((const __m256i *)p), v1 = _mm256_loadu_si256((const __m256i *)(p + 16)),
@@ -376,11 +375,9 @@ static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, cons
         lo = ma_bf_join((__m256i)ma_bf_hi(r[0]), (__m256i)ma_bf_hi(r[1]));
         hi = ma_bf_join((__m256i)ma_bf_hi(r[2]), (__m256i)ma_bf_hi(r[3]));
     }
-    if (stream) {
-        _mm_stream_si128((__m128i *)p, _mm256_castsi256_si128(lo));
-        _mm_stream_si128((__m128i *)(p + 8), _mm256_extracti128_si256(lo, 1));
-        _mm_stream_si128((__m128i *)(p + 16), _mm256_castsi256_si128(hi));
-        _mm_stream_si128((__m128i *)(p + 24), _mm256_extracti128_si256(hi, 1));
+    if (stream) { /* 32-byte aligned (ALIGN_bf16) */
+        _mm256_stream_si256((__m256i *)p, lo);
+        _mm256_stream_si256((__m256i *)(p + 16), hi);
     } else {
         _mm256_storeu_si256((__m256i *)p, lo);
         _mm256_storeu_si256((__m256i *)(p + 16), hi);
