@@ -91,7 +91,7 @@ T: Any = np.float32
 D = np.float64
 IS32 = True
 CPU64 = False
-ZERO = ONE = THREE = SIX = HALF = BIG = GCLAMP = INV_SQRT2 = INV_SQRT_2PI = Any
+ZERO = ONE = THREE = SIX = HALF = BIG = GCLAMP = INV_SQRT2 = INV_SQRT_2PI = ONE_BELOW = Any
 ZCLAMP = SELU_SCALE = SELU_SA = FAST_K = GELU_K2 = GELU_C = Any
 TWO = FOUR = INF = TAIL = SC = L64_HI = L64_LO = SELU_SCALE_T = SELU_SA_T = Any
 TANH_CLAMP = EXP_MAGIC = EXP_LOG2E = EXP_LN2_HI = EXP_LN2_LO = EXP_P0 = EXP_P1 = EXP_P2 = EXP_P3 = EXP_P4 = EXP_P5 = Any
@@ -501,19 +501,31 @@ def elu_grad_y(dy, y, a, b):
     return dy if y > ZERO else dy * (y + T(a))
 
 
+# selu (alpha = a, scale = b), as native/src/ma_ops.h: where x < 0 (or y < 0) is too small to change e^x - 1 (= x),
+# e^x (= 1) or y + hi (= hi) in T, the value one ulp toward the true side (times ONE_BELOW), so that a product T
+# holds exactly on a bfloat16 tie (6 x, 6 dy at alpha = 2, scale = 3) rounds the way the exact value does.
 @_formula(("selu", "forward"))
 def selu(x, a, b):
-    return x * T(b) if x > ZERO else (T(b) * T(a)) * expm1(x)  # alpha = a, scale = b
+    e = expm1(x)
+    e = x * ONE_BELOW if e == x and x < ZERO else e  # expm1(x) in (x, 0)
+    return x * T(b) if x > ZERO else (T(b) * T(a)) * e
 
 
 @_formula(("selu", "backward"))
 def selu_grad(dy, x, a, b):
-    return dy * T(b) if x > ZERO else dy * ((T(b) * T(a)) * exp(x))
+    e = exp(x)
+    e = ONE_BELOW if e == ONE and x < ZERO else e  # e^x in (0, 1)
+    return dy * T(b) if x > ZERO else dy * ((T(b) * T(a)) * e)
 
 
 @_formula(("selu", "backward_y"))
 def selu_grad_y(dy, y, a, b):
-    return dy * T(b) if y > ZERO else dy * (y + T(b) * T(a))
+    # scale * alpha as hi + lo (two_prod): y + hi cancels where y saturates at -scale * alpha (exact there), and
+    # hi's rounding alone would be 2^-12 of the small sum (0.4% of bfloat16 results one ulp off)
+    hi, lo = two_prod(T(b), T(a))
+    t = y + hi
+    t = hi * ONE_BELOW if t == hi and y < ZERO and hi > ZERO else t  # y + hi below hi
+    return dy * T(b) if y > ZERO else dy * (t + lo)
 
 
 @_formula(("celu", "forward"))
@@ -935,6 +947,7 @@ def constants(t: Any) -> dict[str, Any]:
         "ZERO_D": np.float64(0.0), "ONE_D": np.float64(1.0), "HALF_D": np.float64(0.5),
         "INV_SQRT_2PI_D": np.float64(1.0 / math.sqrt(2.0 * math.pi)),
         "ZERO": t(0.0), "ONE": t(1.0), "THREE": t(3.0), "SIX": t(6.0), "HALF": t(0.5),
+        "ONE_BELOW": np.nextafter(t(1.0), t(0.0)),  # v * ONE_BELOW: the next float toward 0 (v normal)
         "BIG": t(np.finfo(t).max), "GCLAMP": t(1e5),
         "INV_SQRT2": t(1.0 / math.sqrt(2.0)), "INV_SQRT_2PI": t(1.0 / math.sqrt(2.0 * math.pi)),
         "TWO": t(2.0), "FOUR": t(4.0), "INF": t(math.inf),

@@ -69,7 +69,8 @@ def main() -> None:
     tout = torch.empty_like(tx)
     print(f"# CPU: {_cpu()}; native isa {nb.info()['isa']}; torch {torch.__version__}; n={a.n}, 1 thread, "
           f"{a.rounds} interleaved rounds; load average before: {os.getloadavg()}")
-    print(f"{'op':<11} {'dir':<10} {'bf16 ms':>8} {'f16 ms':>8} {'torch ms':>9} {'bf16/f16':>9} {'bf16/torch':>11}")
+    print(f"{'op':<11} {'dir':<10} {'bf16 ms':>8} {'f16 ms':>8} {'torch ms':>9} {'bf16/f16':>9} {'bf16/torch':>11} "
+          f"{'per round':>10}")
     for op in a.ops.split(","):
         p = PARAMS.get(op, {})
         tf, tb = TORCH[op]
@@ -104,8 +105,10 @@ def main() -> None:
                     variants[k]()
                     times[k].append(time.perf_counter() - t0)
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+            # the median of each round's own ratio: a busy machine's slow stretches hit both calls of a round
+            per_round = statistics.median(b / f for b, f in zip(times["bf16"], times["f16"], strict=True))
             print(f"{op:<11} {direction:<10} {med['bf16']:8.2f} {med['f16']:8.2f} {med['torch']:9.2f} "
-                  f"{med['bf16'] / med['f16']:8.2f}x {med['bf16'] / med['torch']:10.2f}x", flush=True)
+                  f"{med['bf16'] / med['f16']:8.2f}x {med['bf16'] / med['torch']:10.2f}x {per_round:9.2f}x", flush=True)
     print(f"# load average after: {os.getloadavg()}")
 
 

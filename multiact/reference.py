@@ -243,19 +243,39 @@ def elu_grad_y(dy, y, alpha):
     return np.where(y > 0, dy, dy * (y + _c(y, alpha)))
 
 
+# selu: where x < 0 (or y < 0) is too small to change e^x - 1 (= x), e^x (= 1) or y + hi (= hi) in the dtype, the
+# value one ulp toward the true side (_below), so that a product held exactly on a bfloat16 tie (6 x, 6 dy at
+# alpha = 2, scale = 3; float64's own e^x - 1 is x below 2^-52) rounds the way the exact value does (as
+# backends/formulas.py and native/src/ma_ops.h).
+def _below(v: np.ndarray) -> np.ndarray:
+    """v times the float below 1 in v's dtype: the next float toward 0 where v is normal."""
+    return v * np.nextafter(v.dtype.type(1), v.dtype.type(0))
+
+
 @np.errstate(all="ignore")
 def selu(x, alpha=SELU_ALPHA, scale=SELU_SCALE):
-    return np.where(x > 0, _c(x, scale) * x, _c(x, scale * alpha) * np.expm1(x))
+    e = np.expm1(x)
+    e = np.where((e == x) & (x < 0), _below(x), e)  # expm1(x) in (x, 0)
+    return np.where(x > 0, _c(x, scale) * x, _c(x, scale * alpha) * e)
 
 
 @np.errstate(all="ignore")
 def selu_grad(dy, x, alpha=SELU_ALPHA, scale=SELU_SCALE):
-    return np.where(x > 0, dy * _c(dy, scale), dy * (_c(x, scale * alpha) * np.exp(x)))
+    e = np.exp(x)
+    e = np.where((e == 1) & (x < 0), _below(np.ones_like(e)), e)  # e^x in (0, 1)
+    return np.where(x > 0, dy * _c(dy, scale), dy * (_c(x, scale * alpha) * e))
 
 
 @np.errstate(all="ignore")
 def selu_grad_y(dy, y, alpha=SELU_ALPHA, scale=SELU_SCALE):
-    return np.where(y > 0, dy * _c(dy, scale), dy * (y + _c(y, scale * alpha)))
+    # scale * alpha as hi + lo in y's dtype (lo = 0 in float64): y + hi cancels where y saturates at
+    # -scale * alpha, exactly, so that hi's rounding would be the whole error of the small sum
+    hi = _c(y, scale) * _c(y, alpha)  # the kernels' float32 product (lo: its rounding error; 0 in float64)
+    lo = _c(y, float(_c(y, scale)) * float(_c(y, alpha)) - float(hi))
+    t = y + hi
+    if hi > 0:
+        t = np.where((t == hi) & (y < 0), _below(np.asarray(hi)), t)  # y + hi below hi
+    return np.where(y > 0, dy * _c(dy, scale), dy * (t + lo))
 
 
 @np.errstate(all="ignore")

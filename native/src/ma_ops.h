@@ -72,15 +72,31 @@ MA_INLINE V ma_dy_alpha_exp(V dy, V x, float alpha) {
 MA_INLINE V op_elu(V x, const ma_params *p) { return VSEL(x > ZERO, x, VSPLAT(p->a) * ma_expm1(x)); }
 MA_INLINE V op_elu_grad(V dy, V x, const ma_params *p) { return VSEL(x > ZERO, dy, ma_dy_alpha_exp(dy, x, p->a)); }
 MA_INLINE V op_elu_grad_y(V dy, V y, const ma_params *p) { return VSEL(y > ZERO, dy, dy * (y + VSPLAT(p->a))); }
-/* selu(alpha = p->a, scale = p->b): PyTorch's constants by default; scale * alpha in float32, as before. */
+/* selu(alpha = p->a, scale = p->b): PyTorch's constants by default; sa = scale * alpha rounded to float32, and
+ * in the y-form as hi + lo (hi's rounding alone is 2^-12 of y + sa where y saturates at -sa: y + hi is exact
+ * there).  Where x (or y) is so small that float32 cannot hold its effect on e^x - 1 (= x), e^x (= 1) or
+ * y + hi (= hi), the true value lies strictly on one side: e^x - 1 in (x, 0), e^x in (0, 1), y + hi below hi,
+ * for x, y < 0.  The value one float32 ulp to that side (times MA_ONE_BELOW, the float below 1: exact for
+ * normal floats) keeps the side, so that a product that float32 holds exactly on a bfloat16 tie (3 * 2 *
+ * x, 6 dy for alpha = 2, scale = 3) rounds the right way: 1% of bfloat16 results one ulp off before
+ * (backends/formulas.py and multiact/reference.py do the same; float32 results within 1.5 ulp there). */
+#define MA_ONE_BELOW 0x1.fffffep-1f
 MA_INLINE V op_selu(V x, const ma_params *p) {
-    return VSEL(x > ZERO, VSPLAT(p->b) * x, VSPLAT(p->b * p->a) * ma_expm1(x));
+    V e = ma_expm1(x);
+    e = VSEL(MAND(e == x, x < ZERO), x * VSPLAT(MA_ONE_BELOW), e);
+    return VSEL(x > ZERO, VSPLAT(p->b) * x, VSPLAT(p->b * p->a) * e);
 }
-MA_INLINE V op_selu_grad(V dy, V x, const ma_params *p) {
-    return VSEL(x > ZERO, dy * VSPLAT(p->b), ma_dy_alpha_exp(dy, x, p->b * p->a));
+MA_INLINE V op_selu_grad(V dy, V x, const ma_params *p) { /* ma_dy_alpha_exp's steps */
+    V sc;
+    V eK = ma_expneg_k(VLT_SEL(ZERO, x), &sc);
+    eK = VSEL(MAND(eK == VSPLAT(1.0f), x < ZERO), VSPLAT(MA_ONE_BELOW), eK); /* sc = 1 there */
+    return VSEL(x > ZERO, dy * VSPLAT(p->b), (dy * (VSPLAT(p->b * p->a) * eK)) * sc);
 }
 MA_INLINE V op_selu_grad_y(V dy, V y, const ma_params *p) {
-    return VSEL(y > ZERO, dy * VSPLAT(p->b), dy * (y + VSPLAT(p->b * p->a)));
+    float hi = p->b * p->a, lo = (float)((double)p->b * (double)p->a - (double)hi); /* exact */
+    V t = y + VSPLAT(hi);
+    if (hi > 0.0f) t = VSEL(MAND(t == VSPLAT(hi), y < ZERO), VSPLAT(hi * MA_ONE_BELOW), t);
+    return VSEL(y > ZERO, dy * VSPLAT(p->b), dy * (t + VSPLAT(lo)));
 }
 MA_INLINE V op_celu(V x, const ma_params *p) {
     V a = VSPLAT(p->a);

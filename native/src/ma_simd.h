@@ -335,35 +335,49 @@ static inline __attribute__((always_inline)) VI ma_bf_hi(V v) {
 #endif
 
 #if defined(MA_ISA_AVX2)
-/* bfloat16, four vectors (32 elements) at once, for the elementwise main loops (ma_kernels.inc's LD4 / *_STEP):
- * two 256-bit loads unpacked against zero put each element in the high half of a lane, in the order
- * [0-3, 8-11], [4-7, 12-15] per 16 (an elementwise body does not care); the store narrows pairs with vpsrld +
- * vpackusdw, which undoes that order, and tests the step for NaN once (ma_bf_round alone where there is none,
- * the same bits as ma_bf_hi).  Streaming: 16-byte halves (the stream head aligns y to 16 bytes). */
+/* bfloat16, four vectors (32 elements) at once, for the elementwise main loops (ma_kernels.inc's LD4 / *_STEP).
+ * Loads: of each 16 elements, the even ones shifted into the high halves (vpslld) and the odd ones masked in
+ * place (vpand): vectors 0, 2 hold elements 0, 2, .., 14 of their 16, vectors 1, 3 elements 1, 3, .., 15 (an
+ * elementwise body does not care).  Stores, a pair of vectors (even e, odd o) at a time, in 16-bit lanes, 16
+ * elements an instruction: the high halves h (e's shifted down, o's in place: vpblendw puts them back in
+ * memory order, no pack or permute) and the low halves l the same way; then ma_f2bf's rounding, h + 1 where
+ * the dropped bits l exceed half an ulp or are half of one with h odd, is h + the top bit of l - (1 - lsb(h))
+ * (vpsubusw saturates at 0 where l = 0): vpandn, vpsubusw, vpsrlw, vpaddw, the same bits as x + 0x7fff +
+ * lsb for every x that is not NaN (h is never 0xffff then, so no wrap).  The step is tested for NaN once;
+ * one NaN lane sends the step through ma_bf_hi.  8 vector ops per 16 elements where the 32-bit rounding and
+ * vpackusdw took 11 (Zen 3, in cache: benchmarks/results/bf16-native-x86-2core.txt).  Streaming: two
+ * 32-byte stores (the stream head aligns y to 32 bytes: ALIGN_bf16). */
 #define MA_HAVE_BF4 1
 static inline __attribute__((always_inline)) void ma_bf_load4(const uint16_t *p, V *a) {
-    __m256i z = _mm256_setzero_si256(), v0 = _mm256_loadu_si256((const __m256i *)p),
-            v1 = _mm256_loadu_si256((const __m256i *)(p + 16));
-    a[0] = (V)_mm256_unpacklo_epi16(z, v0), a[1] = (V)_mm256_unpackhi_epi16(z, v0);
-    a[2] = (V)_mm256_unpacklo_epi16(z, v1), a[3] = (V)_mm256_unpackhi_epi16(z, v1);
+    __m256i v0 = _mm256_loadu_si256((const __m256i *)p), v1 = _mm256_loadu_si256((const __m256i *)(p + 16)),
+            hi = _mm256_set1_epi32((int)0xffff0000u);
+    a[0] = (V)_mm256_slli_epi32(v0, 16), a[1] = (V)_mm256_and_si256(v0, hi);
+    a[2] = (V)_mm256_slli_epi32(v1, 16), a[3] = (V)_mm256_and_si256(v1, hi);
 }
-static inline __attribute__((always_inline)) __m256i ma_bf_pack(VI a, VI b) {
-    return _mm256_packus_epi32(_mm256_srli_epi32((__m256i)a, 16), _mm256_srli_epi32((__m256i)b, 16));
+/* the high halves of e (even elements) and o (odd ones), in memory order */
+static inline __attribute__((always_inline)) __m256i ma_bf_join(__m256i e, __m256i o) {
+    return _mm256_blend_epi16(_mm256_srli_epi32(e, 16), o, 0xaa);
+}
+/* e and o (not NaN) rounded to nearest even, in memory order */
+static inline __attribute__((always_inline)) __m256i ma_bf_rne2(V e, V o) {
+    __m256i ei = (__m256i)e, oi = (__m256i)o;
+    __m256i h = ma_bf_join(ei, oi), l = _mm256_blend_epi16(ei, _mm256_slli_epi32(oi, 16), 0xaa);
+    __m256i u = _mm256_subs_epu16(l, _mm256_andnot_si256(h, _mm256_set1_epi16(1)));
+    return _mm256_add_epi16(h, _mm256_srli_epi16(u, 15));
 }
 static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, const V *r, int stream) {
-    VI h[4];
+    __m256i lo, hi;
     __m256 nan = _mm256_or_ps(_mm256_cmp_ps((__m256)r[0], (__m256)r[1], _CMP_UNORD_Q),
                               _mm256_cmp_ps((__m256)r[2], (__m256)r[3], _CMP_UNORD_Q));
-    if (__builtin_expect(_mm256_movemask_ps(nan) == 0, 1))
-        for (int k = 0; k < 4; k++) h[k] = ma_bf_round(r[k]);
-    else
-        for (int k = 0; k < 4; k++) h[k] = ma_bf_hi(r[k]);
-    __m256i lo = ma_bf_pack(h[0], h[1]), hi = ma_bf_pack(h[2], h[3]);
-    if (stream) {
-        _mm_stream_si128((__m128i *)p, _mm256_castsi256_si128(lo));
-        _mm_stream_si128((__m128i *)(p + 8), _mm256_extracti128_si256(lo, 1));
-        _mm_stream_si128((__m128i *)(p + 16), _mm256_castsi256_si128(hi));
-        _mm_stream_si128((__m128i *)(p + 24), _mm256_extracti128_si256(hi, 1));
+    if (__builtin_expect(_mm256_movemask_ps(nan) == 0, 1)) {
+        lo = ma_bf_rne2(r[0], r[1]), hi = ma_bf_rne2(r[2], r[3]);
+    } else {
+        lo = ma_bf_join((__m256i)ma_bf_hi(r[0]), (__m256i)ma_bf_hi(r[1]));
+        hi = ma_bf_join((__m256i)ma_bf_hi(r[2]), (__m256i)ma_bf_hi(r[3]));
+    }
+    if (stream) { /* 32-byte aligned (ALIGN_bf16) */
+        _mm256_stream_si256((__m256i *)p, lo);
+        _mm256_stream_si256((__m256i *)(p + 16), hi);
     } else {
         _mm256_storeu_si256((__m256i *)p, lo);
         _mm256_storeu_si256((__m256i *)(p + 16), hi);
