@@ -917,7 +917,8 @@ def mish_grad2(g, dy, x, a, b):
     e = ek * sc
     pos = x >= ZERO
     den = (ONE + (e + e) + (e * e + e * e)) if pos else e * (e + TWO) + TWO
-    c = (((e + e) + TWO) * e - THREE) * e - TWO if pos else den - (e + e) * (e * (e + TWO))  # e den - 2 num; D - 2u^2 (u + 2)
+    # pos: e den - 2 num = ((2e + 2) e - 3) e - 2; else D - 2u^2 (u + 2)
+    c = (((e + e) + TWO) * e - THREE) * e - TWO if pos else den - (e + e) * (e * (e + TWO))
     pre = (FOUR * ((e * e) if pos else ek)) / (den * den)
     r = (g * dy) * (pre * ((TWO * (ONE + e)) + xc * (c / den)))
     return r if pos else r * sc
