@@ -115,13 +115,15 @@ BWD2_SAMPLE = {"gelu_tanh": "float32", "mish": "float16", "softplus": "bfloat16"
                "prelu": "float32"}
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("dtype", [*FLOAT_DTYPES, "bfloat16"])
 @pytest.mark.parametrize("op,params", CASES)
 def test_backward2_matches_reference(kind, op, params, dtype):
     spec = OPS[op]
     key = spec.kernel_key(spec.validate(params)) if op != "prelu" else op
     if not (REAL or FULL) and (BWD2_SAMPLE.get(key) != dtype or (op == "swish" and params.get("beta") != -0.7)):
         pytest.skip("the simulator runs a sample of backward2's cases; all of them with MULTIACT_TEST_FULL=1")
+    if dtype == "bfloat16":
+        dtype = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
     failures = C.backward2_failures("cuda", op, params, dtype, to_kind=kind.to, from_kind=kind.host,
                                     n=600 if REAL or FULL else 150)
     assert not failures, "\n".join(failures)
