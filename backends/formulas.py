@@ -1,7 +1,8 @@
 """The one table of scalar formulas, written once as plain Python and compiled for every target.
 
 Each formula is a module-level function `f(x, a, b)` (forward), `f(dy, x, a, b)`
-(backward; `y` in place of `x` for a backward from the output) or, for prelu,
+(backward; `y` in place of `x` for a backward from the output), `f(g, dy, x, a, b)`
+(backward2: g * dy * f''(x), prelu's too, as its f'' is 0 for every weight) or, for prelu,
 `f(x, w, a, b)` / `f(dy, x, w, a, b)`; the parameter-gradient terms are
 `f(dy, x, a, b)` in float64.  `a` and `b` are the op's scalar parameters as
 float64 (see `PARAMS`); `x`, `dy`, `w` arrive in the compute type `T`.  The
