@@ -177,6 +177,8 @@ def info() -> dict[str, Any]:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
+    if direction == "backward2":  # g * dy * f''(x): the formulas' backward2 (every dtype; bfloat16 staged)
+        return (dtype in _DTYPES or dtype == "bfloat16") and (key, direction) in _F.TABLE
     if dtype == "bfloat16":  # staged through float32 (module docstring): the elementwise kernels
         return key in _KEYS and key != "prelu" and direction in ("forward", "backward", "backward_y") and \
             _KEYS[key].has(direction)
@@ -605,9 +607,9 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     if key in _BIAS_ACT_KEYS:
         return _bias_kernel(key, direction, dtype)
     compute = _compute(key, direction, dtype)
-    if key == "prelu":
+    if key == "prelu" and direction != "backward2":  # (prelu's f'' takes no weight: the elementwise kernel)
         return _prelu_forward if direction == "forward" else _prelu_backward
-    names = ("x",) if direction == "forward" else ("dy", "y" if direction == "backward_y" else "x")
+    names = {"forward": ("x",), "backward_y": ("dy", "y"), "backward2": ("g", "dy", "x")}.get(direction, ("dy", "x"))
 
     def run(*args: Any) -> None:
         *arrays, out, p = args
@@ -1464,9 +1466,9 @@ def _elementwise_uses() -> dict[tuple[str, str, int, str], list[str]]:
     uses: dict[tuple[str, str, int, str], list[str]] = {}
     for key, spec in _KEYS.items():
         weights = sum(p.kind == "array" for p in spec.params)  # prelu's weight: one more broadcast operand
-        for direction, dtype in itertools.product(_ELEMENTWISE, _DTYPES):
-            if supports(key, direction, dtype):
-                nin = (1 if direction == "forward" else 2) + weights
+        for direction, dtype in itertools.product((*_ELEMENTWISE, "backward2"), _DTYPES):
+            if supports(key, direction, dtype):  # backward2: (g, dy, x), no weight (prelu's f'' is 0)
+                nin = 3 if direction == "backward2" else (1 if direction == "forward" else 2) + weights
                 k = (_F.formula_name(key, direction), _compute(key, direction, dtype), nin, dtype)
                 uses.setdefault(k, []).append(f"{key} {direction}")
     return uses

@@ -1,7 +1,8 @@
 """The one table of scalar formulas, written once as plain Python and compiled for every target.
 
 Each formula is a module-level function `f(x, a, b)` (forward), `f(dy, x, a, b)`
-(backward; `y` in place of `x` for a backward from the output) or, for prelu,
+(backward; `y` in place of `x` for a backward from the output), `f(g, dy, x, a, b)`
+(backward2: g * dy * f''(x), prelu's too, as its f'' is 0 for every weight) or, for prelu,
 `f(x, w, a, b)` / `f(dy, x, w, a, b)`; the parameter-gradient terms are
 `f(dy, x, a, b)` in float64.  `a` and `b` are the op's scalar parameters as
 float64 (see `PARAMS`); `x`, `dy`, `w` arrive in the compute type `T`.  The
@@ -93,7 +94,7 @@ IS32 = True
 CPU64 = False
 ZERO = ONE = THREE = SIX = HALF = BIG = GCLAMP = INV_SQRT2 = INV_SQRT_2PI = ONE_BELOW = Any
 ZCLAMP = SELU_SCALE = SELU_SA = FAST_K = GELU_K2 = GELU_C = Any
-TWO = FOUR = INF = TAIL = SC = L64_HI = L64_LO = SELU_SCALE_T = SELU_SA_T = Any
+TWO = FOUR = EIGHT = THIRD = INF = TAIL = SC = L64_HI = L64_LO = SELU_SCALE_T = SELU_SA_T = Any
 TANH_CLAMP = EXP_MAGIC = EXP_LOG2E = EXP_LN2_HI = EXP_LN2_LO = EXP_P0 = EXP_P1 = EXP_P2 = EXP_P3 = EXP_P4 = EXP_P5 = Any
 FAST_K_HI = FAST_K_LO = GELU_K2_HI = GELU_K2_LO = GELU_C_HI = GELU_C_LO = GELU_C3 = GELU_FAR = Any
 SERIES: Any = ()
@@ -773,6 +774,172 @@ def tanhshrink_grad(dy, x, a, b):
     return dy * (t * t)
 
 
+# ---- second order: g * dy * f''(x) (`ma.backward2`; multiact.reference's <op>_grad2 conventions) ----------------
+# The product is (g * dy) * f''(x), so a zero g * dy keeps the sign rules of the reference; f'' = 0 on the
+# linear pieces is +0 whatever g and dy are (NaN only from x), and at a kink of f' (relu's 0, hardswish's +-3,
+# elu's 0, softplus's beta x = threshold) f'' is 0, as PyTorch's double backward takes it.  Exponential tails
+# are carried scaled (expk_hl's eK * sc, sc applied last) and the exponent as an error-free pair where it is a
+# product (k x, x^2 / 2), as the first-order formulas do.  prelu's f'' is 0 for every weight: its formula
+# takes no w (one loop of arity 3 in every backend, no per-channel weight operand to pass).
+
+
+@_formula(*((k, "backward2") for k, s in KEYS.items() if getattr(s.backward2, "piecewise_linear", False)))
+def zero_grad2(g, dy, x, a, b):
+    """f'' = 0 (piecewise linear): +0, NaN where x is NaN."""
+    return keepnan(x, ZERO)
+
+
+@_helper
+def bell3(ax):
+    """e (1 - e) / (1 + e)^3, e = e^-ax (ax >= 0), as (q, sc) with the value q * sc: sigmoid''(x) is
+    -sign(x) times it at ax = |x|, tanh''(x) 8 times that at ax = 2|x|.  1 - e is -expm1(-ax) (no cancellation
+    near 0); 1 / (1 + e)^2 from the exact 1 + e (inv_sq_1pe)."""
+    ek, sc = expk_hl(-ax, ZERO)
+    e = ek * sc
+    return (ek * (ZERO - expm1(-ax))) * (inv_sq_1pe(e) / (ONE + e)), sc
+
+
+@_formula(("hardswish", "backward2"))
+def hardswish_grad2(g, dy, x, a, b):
+    return keepnan(x, (g * dy) * THIRD if (x > -THREE) & (x < THREE) else ZERO)  # 0 at the kinks (PyTorch)
+
+
+@_formula(("elu", "backward2"))
+def elu_grad2(g, dy, x, a, b):
+    return keepnan(x, (g * dy) * (T(a) * exp(x)) if x < ZERO else ZERO)
+
+
+@_formula(("selu", "backward2"))
+def selu_grad2(g, dy, x, a, b):
+    return keepnan(x, (g * dy) * ((T(b) * T(a)) * exp(x)) if x < ZERO else ZERO)
+
+
+@_formula(("celu", "backward2"))
+def celu_grad2(g, dy, x, a, b):
+    hi, lo = div_hl(x, T(a))
+    return keepnan(x, (g * dy) * (exp_hl(hi, lo) / T(a)) if x < ZERO else ZERO)
+
+
+@_formula(("sigmoid", "backward2"))
+def sigmoid_grad2(g, dy, x, a, b):
+    q, sc = bell3(abs(x))  # s s' (s' - s) = -sign(x) e (1 - e) / (1 + e)^3
+    return ((g * dy) * (ZERO - q if x >= ZERO else q)) * sc
+
+
+@_formula(("logsigmoid", "backward2"))
+def logsigmoid_grad2(g, dy, x, a, b):
+    ek, sc = expk_hl(-abs(x), ZERO)  # -s s' = -e / (1 + e)^2
+    return ((g * dy) * (ZERO - ek * inv_sq_1pe(ek * sc))) * sc
+
+
+@_formula(("tanh", "backward2"))
+def tanh_grad2(g, dy, x, a, b):
+    if not IS32:  # the reference's form (bell3's, strided, makes NVVM 13.5 fail to compile in float64)
+        return (g * dy) * (-TWO * (tanh(x) * sech2(x)))
+    ax = abs(x)
+    q, sc = bell3(ax + ax)  # -2 tanh sech^2 = -8 sign(x) e (1 - e) / (1 + e)^3, e = e^-2|x|
+    return ((g * dy) * (EIGHT * (ZERO - q if x >= ZERO else q))) * sc
+
+
+@_formula(("tanhshrink", "backward2"))
+def tanhshrink_grad2(g, dy, x, a, b):
+    if not IS32:  # as tanh_grad2's
+        return (g * dy) * (TWO * (tanh(x) * sech2(x)))
+    ax = abs(x)
+    q, sc = bell3(ax + ax)  # +2 tanh sech^2
+    return ((g * dy) * (EIGHT * (q if x >= ZERO else ZERO - q))) * sc
+
+
+@_formula(("softplus", "backward2"))
+def softplus_grad2(g, dy, x, a, b):
+    hi, lo = two_prod(x, T(a))  # z = x beta exactly; +0 from z = threshold up (PyTorch's (z < threshold) mask)
+    linear = (hi > T(b)) | ((hi == T(b)) & (lo >= ZERO)) | (hi == INF)  # (x = inf: lo is NaN)
+    hi, lo = clamp_hl(hi, lo)
+    neg = hi < ZERO
+    ek, sc = expk_hl(hi if neg else -hi, lo if neg else -lo)  # beta s(z) s(-z) = beta e / (1 + e)^2
+    r = ((g * dy) * (T(a) * (ek * inv_sq_1pe(ek * sc)))) * sc
+    return keepnan(x, ZERO if linear else r)
+
+
+@_formula(("softsign", "backward2"))
+def softsign_grad2(g, dy, x, a, b):
+    d = ONE + abs(x)  # -2 sign(x) / (1 + |x|)^3, divided thrice (the cube never overflows); 0 at x = 0
+    s = -TWO if x > ZERO else (TWO if x < ZERO else ZERO)
+    return (((g * dy) * s) / d) / d / d
+
+
+@_helper
+def swish_bwd2(g, dy, x, khi, klo):
+    """g dy f'' of x sigmoid(k x): k s s' (2 - z tanh(z / 2)), z = k x as hi + lo; s s' = e / (1 + e)^2 and
+    tanh(|z| / 2) = (1 - e) / (1 + e), e = e^-|z| (scaled in the tail, as gate_bwd's)."""
+    xc = clampbig(x)
+    hi, lo = two_prod(xc, khi)
+    hi, lo = clamp_hl(hi, lo + xc * klo)
+    neg = hi < ZERO
+    az = -hi if neg else hi
+    ek, sc = expk_hl(-az, -lo if neg else lo)
+    e = ek * sc
+    d = ONE + e
+    w = az * ((ZERO - expm1(-az)) / d)
+    return ((g * dy) * ((khi * (ek * inv_sq_1pe(e))) * (TWO - w))) * sc
+
+
+@_formula(("silu", "backward2"))
+def silu_grad2(g, dy, x, a, b):
+    return swish_bwd2(g, dy, x, ONE, ZERO)
+
+
+@_formula(("swish", "backward2"))
+def swish_grad2(g, dy, x, a, b):
+    return swish_bwd2(g, dy, x, T(a), ZERO)
+
+
+@_formula(("fast_gelu", "backward2"))
+def fast_gelu_grad2(g, dy, x, a, b):
+    return swish_bwd2(g, dy, x, FAST_K_HI, FAST_K_LO)
+
+
+@_formula(("gelu", "backward2"))
+def gelu_grad2(g, dy, x, a, b):
+    xc = GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x)  # pdf(x) (2 - x^2), x^2 exact (sh + sl)
+    sh, sl = two_prod(xc, xc)
+    ek, sc = expk_hl(-(sh * HALF), -(sl * HALF))
+    return ((g * dy) * ((INV_SQRT_2PI * ek) * ((TWO - sh) - sl))) * sc
+
+
+@_formula(("gelu_tanh", "backward2"))
+def gelu_tanh_grad2(g, dy, x, a, b):
+    """x s(z), z = 2k (x + c x^3): f'' = s s' (2 z' + x z'' - |x| tanh(|z| / 2) z'^2) (x and z share a sign),
+    z' = 2k (1 + 3c x^2), x z'' = 2k 6c x^2."""
+    xc, hi, lo = gelu_tanh_z(x)
+    neg = hi < ZERO
+    az = -hi if neg else hi
+    ek, sc = expk_hl(-az, -lo if neg else lo)
+    e = ek * sc
+    x2 = xc * xc
+    dz = GELU_K2_HI * (ONE + GELU_C3 * x2)
+    th = (ZERO - expm1(-az)) / (ONE + e)
+    inner = ((dz + dz) + (GELU_K2_HI * (GELU_C3 + GELU_C3)) * x2) - (abs(xc) * th) * (dz * dz)
+    return ((g * dy) * ((ek * inv_sq_1pe(e)) * inner)) * sc
+
+
+@_formula(("mish", "backward2"))
+def mish_grad2(g, dy, x, a, b):
+    """x tanh(softplus(x)): with u = e^x, D = u^2 + 2u + 2, f'' = (4u / D^2) (2 (1 + u) + x (D - 2u^2 (u + 2)) / D);
+    in e = e^-|x| (scaled by sc below 0): x >= 0: (4e^2 / den^2) (2 (1 + e) + x (e den - 2 num) / den), num, den
+    those of mish_parts; x < 0: u = e and the result times sc."""
+    xc = GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x)  # e = 0 beyond: no x * 0 * inf
+    ek, sc = expk_hl(-abs(xc), ZERO)
+    e = ek * sc
+    pos = x >= ZERO
+    den = (ONE + (e + e) + (e * e + e * e)) if pos else e * (e + TWO) + TWO
+    # pos: e den - 2 num = ((2e + 2) e - 3) e - 2; else D - 2u^2 (u + 2)
+    c = (((e + e) + TWO) * e - THREE) * e - TWO if pos else den - (e + e) * (e * (e + TWO))
+    pre = (FOUR * ((e * e) if pos else ek)) / (den * den)
+    r = (g * dy) * (pre * ((TWO * (ONE + e)) + xc * (c / den)))
+    return r if pos else r * sc
+
+
 # ---- parameter-gradient terms (float64 in, float64 out; summed by the backend) ----------------------------------
 
 
@@ -950,7 +1117,7 @@ def constants(t: Any) -> dict[str, Any]:
         "ONE_BELOW": np.nextafter(t(1.0), t(0.0)),  # v * ONE_BELOW: the next float toward 0 (v normal)
         "BIG": t(np.finfo(t).max), "GCLAMP": t(1e5),
         "INV_SQRT2": t(1.0 / math.sqrt(2.0)), "INV_SQRT_2PI": t(1.0 / math.sqrt(2.0 * math.pi)),
-        "TWO": t(2.0), "FOUR": t(4.0), "INF": t(math.inf),
+        "TWO": t(2.0), "FOUR": t(4.0), "EIGHT": t(8.0), "THIRD": t(1.0 / 3.0), "INF": t(math.inf),
         "ZCLAMP": t(1e5),  # |z| beyond which every sigmoid is exactly 0 or 1 (float64 too)
         # expk_hl's tail: below TAIL, e^u is carried times 2^64 (L64 = 64 ln 2 as hi + lo) and SC = 2^-64 applied last
         "TAIL": t(-80.0), "SC": t(2.0**-64), **_pair("L64", 64 * math.log(2.0), t),

@@ -146,9 +146,16 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         raise ValueError(f"numba backend has no kernel for {key} {direction} {dtype}")
     if direction == "param_grad":
         return _swish_beta_grad if key == "swish" else _prelu_weight_grad
+    wd = "float64" if dtype == "float64" else "float32"
+    if direction == "backward2":  # kernel(g, dy, x, out, p); prelu's f'' takes no weight (0 for every w)
+        loop_key = (_shared_key(key, direction), direction, wd)
+
+        def backward2(g, dy, x, out, p):
+            _run(loop_key, (g, dy, x), out, _params(key, p, dtype))
+
+        return backward2
     if key == "prelu":
         return _prelu_forward if direction == "forward" else _prelu_backward
-    wd = "float64" if dtype == "float64" else "float32"
     if key in FAMILY_KEYS:
         return _gated_kernel(key, direction, dtype, wd)
     if key in BIAS_ACT_KEYS:
@@ -165,6 +172,15 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
         _run((key, direction, wd), (dy, x), out, _params(key, p, dtype))
 
     return backward
+
+
+def _shared_key(key: str, direction: str) -> str:
+    """The first key (in TABLE's order) whose formula for `direction` is key's: keys that share a formula (the
+    nine piecewise-linear ops' zero_grad2) share one compiled loop instead of one each."""
+    from . import formulas
+
+    name = formulas.TABLE[(key, direction)]
+    return next(k for (k, d), f in formulas.TABLE.items() if d == direction and f == name)
 
 
 # ---- prelu and the parameter gradients --------------------------------------------------------------
@@ -660,7 +676,7 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool | 
     return njit(parallel=parallel, error_model="numpy", fastmath=fastmath, cache=cache)(ns[name])
 
 
-_ARITY = {"forward": 1, "backward": 2, "backward_y": 2}
+_ARITY = {"forward": 1, "backward": 2, "backward_y": 2, "backward2": 3}
 
 
 @_once
@@ -669,7 +685,7 @@ def _loops(key: tuple[str, str, str]) -> _LoopPair:
 
     op, direction, dtype = key
     scalar = getattr(_formulas(dtype), formulas.TABLE[(op, direction)])
-    arity = _ARITY[direction] + (1 if op == "prelu" else 0)
+    arity = _ARITY[direction] + (1 if op == "prelu" and direction != "backward2" else 0)  # prelu's weight
     return _LoopPair(scalar, arity, f"{op}_{direction}_{dtype}")
 
 

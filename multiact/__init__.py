@@ -52,12 +52,14 @@ def register_op(defn: _ops.OpDef, **numerics: Any) -> OpSpec:
 
 
 def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None = None, **params: Any) -> str:
-    """Which backend would run `op` on `x` (forward, or direction="backward"), and why.  A composite op
-    (glu, swiglu, geglu, reglu, bias_act) names the kernel its parameters select (swiglu: gated:silu)."""
+    """Which backend would run `op` on `x` (forward, or direction="backward", "backward2" for `backward2`), and
+    why.  A composite op (glu, swiglu, geglu, reglu, bias_act) names the kernel its parameters select (swiglu:
+    gated:silu)."""
     from .dispatch import explain as _explain
 
-    if direction not in _ops.DIRECTIONS:
-        raise ValueError(f"direction must be one of {_ops.DIRECTIONS}, got {direction!r}")
+    directions = (*_ops.DIRECTIONS, "backward2")
+    if direction not in directions:
+        raise ValueError(f"direction must be one of {directions}, got {direction!r}")
     key = _composite_key(op, direction, params)
     if key is not None:
         return _explain(_KernelOnly(f"{op} ({key})", key), direction, x, backend)

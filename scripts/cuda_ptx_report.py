@@ -97,11 +97,24 @@ def representative(builds: list) -> list:
     return list(best.values())
 
 
+# The second-order kernels (backward2, g * dy * f''(x): 17 formulas x 6 forms, about 4 s each to compile) in CI's
+# selections: the representative kernel (float16, strided) of the two heaviest formulas on sm_90's `sample`, none on
+# sm_80's `thin`; every one of them in the full lists (`representative` has each formula's).
+BACKWARD2_SAMPLE = ("gelu_tanh_grad2", "mish_grad2")
+
+
+def _second_order(b: Any) -> bool:
+    return any(u.endswith(" backward2") for u in b.uses)
+
+
 def sample(builds: list) -> list:
     """Two kernels per formula (CI's sm_90 selection): the representative one and one more variant, taken in
     turn from the formula's (layout, dtype) variants, so every layout x dtype is compiled for about a sixth of
-    the formulas and every formula in two of its forms; about a third of `full`'s compile time."""
-    rep = {b.name for b in representative(builds)}
+    the formulas and every formula in two of its forms; about a third of `full`'s compile time.  Of the second-order
+    formulas only `BACKWARD2_SAMPLE`'s representative kernels."""
+    second = [b for b in representative([b for b in builds if _second_order(b)]) if b.source in BACKWARD2_SAMPLE]
+    builds = [b for b in builds if not _second_order(b)]
+    rep = {b.name for b in representative(builds)} | {b.name for b in second}
     variants: dict[str, list] = {}
     for b in builds:
         variants.setdefault(b.source, []).append(b)
@@ -111,13 +124,13 @@ def sample(builds: list) -> list:
                         key=lambda b: (LAYOUT_ORDER[b.layout], DTYPE_ORDER[b.dtype]))
         if others:
             extra.add(others[i % len(others)].name)
-    return [b for b in builds if b.name in rep or b.name in extra]
+    return [b for b in (*builds, *second) if b.name in rep or b.name in extra]
 
 
 def thin(builds: list) -> list:
     """Every third formula's representative kernel (CI's sm_80 set: sm_80 differs from sm_90 in the assembler's
-    target, not in what numba generates)."""
-    return representative(builds)[::3]
+    target, not in what numba generates); no second-order formula."""
+    return representative([b for b in builds if not _second_order(b)])[::3]
 
 
 SELECTIONS = {"full": list, "representative": representative, "sample": sample, "thin": thin}

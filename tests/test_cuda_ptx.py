@@ -76,7 +76,10 @@ def test_a_sample_of_every_formula_and_variant_compiles_for_sm90_and_sm80(tmp_pa
     layout x dtype compiled for some formula.  MULTIACT_TEST_FULL=1 compiles every kernel for sm_90 (the next test)."""
     report = _report(tmp_path, "90:sample", "80:thin")
     sm90 = _check_report(report)
-    elementwise = [r for r in sm90 if not r["source"].startswith(("gated:", "bias_act:"))]
+    second = [r for r in sm90 if any(u.endswith(" backward2") for u in r["uses"])]  # backward2: a sample
+    assert {r["source"] for r in second} == set(_report_module().BACKWARD2_SAMPLE) and len(second) == len(
+        _report_module().BACKWARD2_SAMPLE)
+    elementwise = [r for r in sm90 if not r["source"].startswith(("gated:", "bias_act:")) and r not in second]
     sources = {r["source"] for r in elementwise}
     assert len(elementwise) >= 2 * len(sources) - 5 and len(sources) > 50
     variants = {(r["layout"], r["dtype"]) for r in elementwise}
@@ -88,6 +91,7 @@ def test_every_kernel_compiles_for_sm90_and_sm80_without_spills_or_promotions(tm
     report = _report(tmp_path, "90", "80:representative")
     sm90 = _check_report(report)
     assert len(sm90) == report["builds"] > 300
+    assert len({r["source"] for r in sm90 if any(u.endswith(" backward2") for u in r["uses"])}) >= 15  # f''
 
 
 def test_the_promotion_check_catches_a_bare_literal(tmp_path):

@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import host_backends, supports
+from conftest import COMPILED_PER_KEY, FULL, host_backends, supports
 
 import multiact as ma
 from multiact import consistency as C
@@ -204,7 +204,13 @@ def test_matches_torch_double_backward(op, params):
 # ---- the shared suite: every op x dtype on every host backend that runs backward2 ---------------------
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+# float16 and bfloat16 run through the float32 loops (blocks): a compiled-per-key backend (numba) runs float16 and
+# float64 (a compile per key) on these keys by default, every backend bfloat16 on them (every key with
+# MULTIACT_TEST_FULL=1); float32 always runs on every key.
+NARROW_SAMPLE = ("gelu_tanh", "mish", "softplus", "relu", "tanh")
+
+
+@pytest.mark.parametrize("dtype", [*FLOAT_DTYPES, "bfloat16"])
 @pytest.mark.parametrize("op,params", CASES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backward2_matches_reference(backend, op, params, dtype):
@@ -212,8 +218,88 @@ def test_backward2_matches_reference(backend, op, params, dtype):
     key = spec.kernel_key(spec.validate(params)) if op != "prelu" else op
     if not supports(backend, key, "backward2", dtype):
         pytest.skip(f"{backend} has no {key} backward2 kernel for {dtype} (the registry falls through)")
+    if dtype == "bfloat16":
+        dtype = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+        if not FULL and key not in NARROW_SAMPLE:
+            pytest.skip("bfloat16 runs on a sample of the keys; all of them with MULTIACT_TEST_FULL=1")
+    elif backend in COMPILED_PER_KEY and not FULL and dtype == "float16" and key not in NARROW_SAMPLE:
+        pytest.skip(f"{backend}: {dtype} runs the float32 loop; this key runs with MULTIACT_TEST_FULL=1")
+    elif backend in COMPILED_PER_KEY and not FULL and dtype == "float64" and key not in (*NARROW_SAMPLE, "silu"):
+        pytest.skip(f"{backend}: float64 on a sample (test_torch's gradgradcheck runs every op's float64 loop "
+                    "against torch); this key runs with MULTIACT_TEST_FULL=1")
     failures = C.backward2_failures(backend, op, params, dtype)
     assert not failures, "\n".join(failures)
+
+
+# The parallel loops (numba: a prange over blocks calling the serial loop): two by default (a heavy formula in
+# float32, the shared zero loop in float64), every key in both with MULTIACT_TEST_FULL=1 (each is a compile).
+PARALLEL_SAMPLE = (("gelu_tanh", "float32"), ("relu", "float64"))
+
+
+def _key(op, params):
+    return OPS[op].kernel_key(OPS[op].validate(params)) if op != "prelu" else op
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("op,params", CASES)
+def test_numba_parallel_backward2_equals_serial(op, params, dtype):
+    """Above numba's parallel threshold, with 2 threads: the parallel loop gives the serial loop's bits (the same
+    machine code per element), strided and in place too; the suite's bound on the large array."""
+    from multiact import registry
+
+    if not any(v.values[0] == "numba" for v in BACKENDS if not v.marks):
+        pytest.skip("numba is not available")
+    if not FULL and (_key(op, params), dtype) not in PARALLEL_SAMPLE:
+        pytest.skip("a parallel loop is a compile of its own: this one runs with MULTIACT_TEST_FULL=1")
+    nb = registry.module("numba")
+    spec = OPS[op]
+    g, dy, x, call_params, ref_params = C.backward2_inputs(spec, params, dtype)
+    reps = -(-(nb._PAR_MIN + 4097) // x.shape[0])
+    g, dy, x = (np.concatenate([a] * reps) for a in (g, dy, x))
+    old = ma.get_num_threads()
+    try:
+        ma.set_num_threads(1)
+        want = ma.backward2(op, g, dy, x, backend="numba", **call_params)
+        ma.set_num_threads(2)
+        got = ma.backward2(op, g, dy, x, backend="numba", **call_params)
+        xs = np.concatenate([x, x])[::2] if op != "prelu" else x
+        gs, dys = (np.concatenate([a, a])[::2] for a in (g, dy)) if op != "prelu" else (g, dy)
+        strided = ma.backward2(op, gs, dys, xs, backend="numba", **call_params)
+        gc = g.copy()
+        inplace = ma.backward2(op, gc, dy, x, out=gc, backend="numba", **call_params)
+    finally:
+        ma.set_num_threads(old)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    np.testing.assert_array_equal(inplace.view(np.uint8), want.view(np.uint8))
+    if op != "prelu":
+        np.testing.assert_array_equal(strided.view(np.uint8), ma.backward2(
+            op, gs.copy(), dys.copy(), xs.copy(), backend="numba", **call_params).view(np.uint8))
+    ref = C.backward2_reference(spec, ref_params, dtype, g, dy, x)
+    v = C.compare(got, ref, x, C.backward2_tolerance(spec), "backward", scale=g.astype(np.float64) * dy,
+                  params=params, zero_sign=C.backward2_zero_sign(spec, ref_params, dtype, g, dy, x))
+    assert v.passed, v.describe()
+
+
+def test_numba_runs_backward2_by_default_and_shares_the_zero_loop():
+    """Where native has no backward2 kernel, the default choice for NumPy float32/float64 is numba (torch's
+    double backward through multiact.torch lands there); the piecewise-linear keys share one compiled loop."""
+    from multiact import registry
+
+    if not any(v.values[0] == "numba" for v in BACKENDS if not v.marks):
+        pytest.skip("numba is not available")
+    nb = registry.module("numba")
+    for dtype in ("float32", "float64"):
+        x = np.linspace(-3, 3, 8, dtype=dtype)
+        names = [registry.module(i.name) for i in ma.backends() if i.available and "numpy" in i.kinds]
+        first = next(m for m in sorted(names, key=lambda m: -m.PRIORITY) if m.supports("silu", "backward2", dtype))
+        if first.NAME == "native":
+            continue  # native's own backward2 kernels (a later branch)
+        assert first.NAME == "numba"
+        assert "numba" in ma.explain("silu", x, direction="backward2")
+    from multiact.backends import formulas
+
+    zero = [k for (k, d), f in formulas.TABLE.items() if d == "backward2" and f == "zero_grad2"]
+    assert len(zero) >= 9 and {nb._shared_key(k, "backward2") for k in zero} == {zero[0]}
 
 
 def test_numpy_runs_backward2_for_every_key_and_others_fall_through():
@@ -318,10 +404,11 @@ def test_out_in_place_layouts_and_sizes(dtype):
 def test_parameters_and_prelu():
     x = np.linspace(-4, 4, 24).reshape(2, 3, 4)
     one = np.ones_like(x)
-    np.testing.assert_array_equal(ma.backward2("softplus", one, one, x, beta=2.0, threshold=5.0),
-                                  OPS["softplus"].backward2(one, one, x, 2.0, 5.0))
-    np.testing.assert_array_equal(ma.backward2("swish", one, one, x, beta=-0.7),
-                                  OPS["swish"].backward2(one, one, x, -0.7))
+    # the default backend (numba's float64 formulas where it runs: a few ulps from the reference)
+    np.testing.assert_allclose(ma.backward2("softplus", one, one, x, beta=2.0, threshold=5.0),
+                               OPS["softplus"].backward2(one, one, x, 2.0, 5.0), rtol=1e-14, atol=1e-16)
+    np.testing.assert_allclose(ma.backward2("swish", one, one, x, beta=-0.7),
+                               OPS["swish"].backward2(one, one, x, -0.7), rtol=1e-14, atol=1e-16)
     got = ma.backward2("prelu", one, one, x, weight=np.array([0.1, 0.2, 0.3]))
     assert np.all(got == 0)
     with pytest.raises(ValueError, match="weight"):
@@ -376,7 +463,10 @@ def test_explicit_backend_without_backward2_is_an_error():
         if info.available and "numpy" in info.kinds and not mod.supports("gelu", "backward2", "float32"):
             with pytest.raises(BackendError, match="backward2"):
                 ma.backward2("gelu", x, x, x, backend=info.name)
-    np.testing.assert_array_equal(ma.backward2("gelu", x, x, x, backend="numpy"), ma.backward2("gelu", x, x, x))
+    chosen = registry.select("gelu", "backward2", "float32", "numpy", None)[0].NAME  # numba where it runs
+    np.testing.assert_array_equal(ma.backward2("gelu", x, x, x, backend=chosen), ma.backward2("gelu", x, x, x))
+    np.testing.assert_allclose(ma.backward2("gelu", x, x, x, backend="numpy"), ma.backward2("gelu", x, x, x),
+                               rtol=1e-6, atol=1e-7)
 
 
 def test_torch_cpu_tensors():

@@ -19,6 +19,7 @@ from multiact import registry
 from multiact.optable import FLOAT_DTYPES, OPS
 
 REAL = os.environ.get("MULTIACT_CUDA_REAL") == "1"
+FULL = os.environ.get("MULTIACT_TEST_FULL") == "1"
 OK, WHY = registry.availability("cuda")
 pytestmark = pytest.mark.skipif(not OK, reason=f"cuda: {WHY}")
 
@@ -104,6 +105,27 @@ def test_available_and_info():
 @pytest.mark.parametrize("op,params", CASES)
 def test_matches_reference(kind, op, params, dtype):
     failures = C.case_failures("cuda", op, params, dtype, to_kind=kind.to, from_kind=kind.host)
+    assert not failures, "\n".join(failures)
+
+
+# backward2 (g * dy * f''(x)) under the simulator, which runs every GPU thread as Python: one dtype per sampled key
+# by default (each dtype, and prelu's weightless kernel, somewhere); every case x dtype on a GPU or with
+# MULTIACT_TEST_FULL=1.
+BWD2_SAMPLE = {"gelu_tanh": "float32", "mish": "float16", "softplus": "bfloat16", "swish": "float64",
+               "prelu": "float32"}
+
+
+@pytest.mark.parametrize("dtype", [*FLOAT_DTYPES, "bfloat16"])
+@pytest.mark.parametrize("op,params", CASES)
+def test_backward2_matches_reference(kind, op, params, dtype):
+    spec = OPS[op]
+    key = spec.kernel_key(spec.validate(params)) if op != "prelu" else op
+    if not (REAL or FULL) and (BWD2_SAMPLE.get(key) != dtype or (op == "swish" and params.get("beta") != -0.7)):
+        pytest.skip("the simulator runs a sample of backward2's cases; all of them with MULTIACT_TEST_FULL=1")
+    if dtype == "bfloat16":
+        dtype = np.dtype(pytest.importorskip("ml_dtypes").bfloat16)
+    failures = C.backward2_failures("cuda", op, params, dtype, to_kind=kind.to, from_kind=kind.host,
+                                    n=600 if REAL or FULL else 150)
     assert not failures, "\n".join(failures)
 
 
