@@ -24,12 +24,10 @@ OPS = {"silu": {}, "gelu": {}, "gelu_tanh": {"approximate": "tanh"}, "mish": {},
 
 
 def _cpu() -> str:
-    try:
-        info = open("/proc/cpuinfo").read().split("\n\n")[0]
-        fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in info.splitlines() if ":" in line)}
-        return f"{fields['model name']} (family {fields['cpu family']} model {fields['model']}), {os.cpu_count()} CPUs"
-    except (OSError, KeyError):
-        return "unknown CPU"
+    """The one-line CPU identity every benchmark header carries (multiact.tools.sysinfo)."""
+    from multiact.tools.sysinfo import cpu
+
+    return cpu()["summary"]
 
 
 def main() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 
@@ -23,12 +22,10 @@ from multiact.dtypes import f32_bits_to_bf16
 
 
 def _cpu() -> str:
-    try:
-        info = open("/proc/cpuinfo").read().split("\n\n")[0]
-        fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in info.splitlines() if ":" in line)}
-        return f"{fields['model name']} (family {fields['cpu family']} model {fields['model']}), {os.cpu_count()} CPUs"
-    except (OSError, KeyError):
-        return platform.processor() or platform.machine()
+    """The one-line CPU identity every benchmark header carries (multiact.tools.sysinfo)."""
+    from multiact.tools.sysinfo import cpu
+
+    return cpu()["summary"]
 
 
 TORCH = {  # op -> (forward(x, out), backward(dy, x, y, out)) on aten's out= overloads
