@@ -10,7 +10,7 @@ import pytest
 import multiact as ma
 from multiact import api, consistency, registry
 from multiact._opdefs import OpDef, Param
-from multiact.optable import FAMILY_KEYS, KEYS, OPS, Tolerance
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS, Tolerance
 
 
 def _isru(x, alpha):
@@ -52,8 +52,9 @@ def isru():
     del OPS[DEFN.name]
     for k in DEFN.keys:
         del KEYS[k]
-    for k in [k for k, (_, s, _) in FAMILY_KEYS.items() if s is spec]:
-        del FAMILY_KEYS[k]
+    for table in (FAMILY_KEYS, BIAS_ACT_KEYS):  # its gated:<key> and bias_act:<key> kernels
+        for k in [k for k, (_, s, _) in table.items() if s is spec]:
+            del table[k]
     registry.clear_cache()
 
 
