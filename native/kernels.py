@@ -15,6 +15,9 @@ Composite kernels (`_opdefs.family_keys()`): one forward and one backward per fa
 key, kernel key `gated:<act key>`, C name `Family.cname` (`gated_silu`, `gated_silu_grad`); row
 `op` is the family's name.  They take 2-D strided views (rows x n, a row and an element stride per
 array, see ma_native.h's ma_gshape) and run the activation's own bodies (op_<key>, op_<backward>).
+bias_act (`bias_act:<act key>`, and its own `linear`) also has a backward from the forward's output,
+direction backward_y, C name `bias_act_<key>_grad_y`, with the backward's signature (b and scale unread),
+for linear and the keys whose activation has a backward from y.
 """
 
 from __future__ import annotations
@@ -68,6 +71,18 @@ def _bias_bodies(d, k) -> dict[str, str]:
     return _LINEAR_BODIES if d is None else d.kernel_names(k)
 
 
+def _bias_y_name(k: str) -> str:
+    """The C name of bias_act's backward from y (bias_act_<key>_grad_y)."""
+    return _OPDEFS.BIAS_ACT.cname(k, "backward") + "_y"
+
+
+def bias_y_bodies() -> list[tuple[str, str]]:
+    """(C name, the activation's y body) of every bias_act kernel from y: linear (its backward) and the keys
+    whose activation has a backward from its output (the op's own body, `_grad_y`, or its backward read on y)."""
+    return [(_bias_y_name(k), _bias_bodies(d, k)["backward" if d is None else "backward_y"])
+            for d, k in _bias_keys() if "backward_y" in _bias_bodies(d, k) or d is None]
+
+
 class Kernel(NamedTuple):
     op: str  # public op name
     key: str  # kernel key (the op's name, or its variant's: gelu_tanh)
@@ -103,9 +118,11 @@ def _rows() -> list[tuple[str, str, str, str, str]]:
         rows += [(fam.name, fam.key(k), direction, fam.cname(k, direction), fam.name + sig)
                  for direction, sig in (("forward", ""), ("backward", "_grad"))]
     fam = _OPDEFS.BIAS_ACT
-    for _, k in _bias_keys():
+    for d, k in _bias_keys():
         rows += [(fam.name, fam.key(k), direction, fam.cname(k, direction), fam.name + sig)
                  for direction, sig in (("forward", ""), ("backward", "_grad"))]
+        if d is None or "backward_y" in d.kernel_names(k):  # the x form's signature, b and scale unread
+            rows.append((fam.name, fam.key(k), "backward_y", _bias_y_name(k), fam.name + "_grad"))
     return rows
 
 
@@ -158,6 +175,8 @@ for _d, _k in _bias_keys():
     _cf, _cb = (1, 1) if _d is None else _d.cost.get(_k, (1, 1))
     COST[_OPDEFS.BIAS_ACT.cname(_k, "forward")] = _cf + 1
     COST[_OPDEFS.BIAS_ACT.cname(_k, "backward")] = _cf + _cb + 1
+# the backward from y: a piecewise or product body, the products (not measured, as above)
+COST.update({_n: 2 for _n, _ in bias_y_bodies()})
 
 # C kernel name -> the op parameters packed into ma_params (a, b, ...), in the definition's slot order.
 _PARAMS = {r[3]: d.float_params for d in DEFS for r in _rows() if r[0] == d.name and d.float_params}
@@ -165,6 +184,8 @@ _PARAMS.update({fam.cname(k, direction): d.float_params for fam, d, k in _gated_
                 for direction in ("forward", "backward") if d.float_params})
 _PARAMS.update({_OPDEFS.BIAS_ACT.cname(k, direction): d.float_params for d, k in _bias_keys()
                 for direction in ("forward", "backward") if d is not None and d.float_params})
+_PARAMS.update({_bias_y_name(k): d.float_params for d, k in _bias_keys()
+                if d is not None and d.float_params and "backward_y" in d.kernel_names(k)})
 
 
 def arch(machine: str | None = None) -> str:
@@ -276,6 +297,9 @@ def bf16_representatives(within: frozenset[str] | None = None) -> frozenset[str]
     for f, _, af, ab in bias_bodies():
         if ok(f):
             pick.setdefault(("bias_act", af in split, ab in split), f)
+    for f, _ in bias_y_bodies():
+        if ok(f):
+            pick.setdefault(("bias_act_y",), f)
     return frozenset(pick.values())
 
 
@@ -298,13 +322,17 @@ def sample() -> frozenset[str]:
     there); prelu and the parameter gradients are always compiled (the first part, MA_PART_FIRST)."""
     kind = _kinds()
     pairs = {f: (b, af) for f, b, af, _ in family_bodies() + bias_bodies()}
+    ybodies = dict(bias_y_bodies())
     best: dict[tuple[str, str, str], tuple[int, int, tuple[str, ...]]] = {}
-    for order, (_, _, direction, name, sig) in enumerate(_rows()):
+    for order, (_, key, direction, name, sig) in enumerate(_rows()):
         if name in pairs:  # a composite's forward and backward are one X-macro entry: chosen together
             b, af = pairs[name]
             group, cand = (sig, "both", kind[af]), (COST.get(name, 1) + COST.get(b, 1), order, (name, b))
         elif name in kind:
             group, cand = (sig, direction, kind[name]), (COST.get(name, 1), order, (name,))
+        elif name in ybodies:  # bias_act from y: with its key's pair (the harness's scalar forward makes its y)
+            pair = (cname(key, "forward"), cname(key, "backward"))
+            group, cand = (sig, direction, kind[ybodies[name]]), (COST.get(name, 1), order, (name, *pair))
         else:
             continue
         best[group] = min(best.get(group, cand), cand)
@@ -335,21 +363,24 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
              for f, b, af, ab in family_bodies() if keep(f)]
     bias = [(f"MA_BIAS({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 4 + 2 * (kind[af] == "split"))
             for f, b, af, ab in bias_bodies() if keep(f)]
-    wrapped = _parts(entries + gated + bias)
+    bias_y = [(f"MA_BIAS_Y({f}, {yb})", 1) for f, yb in bias_y_bodies() if keep(f)]
+    wrapped = _parts(entries + gated + bias + bias_y)
     guards = "".join(f"#if !defined(MA_PART) || MA_PART == {i}\n#define MA_P{i}(k) k\n"
                      f"#else\n#define MA_P{i}(k)\n#endif\n" for i in range(PARTS))
     body = " \\\n".join(wrapped[:len(entries)])
     gbody = " \\\n".join(wrapped[len(entries):len(entries) + len(gated)])
-    bbody = " \\\n".join(wrapped[len(entries) + len(gated):])
+    n_b = len(entries) + len(gated) + len(bias)
+    bbody = " \\\n".join(wrapped[len(entries) + len(gated):n_b])
+    ybody = " \\\n".join(wrapped[n_b:])
 
     def bf16_list(name: str, items: list[str]) -> str:
         if bf16 is None:
             return f"#define {name}_BF16 {name}\n"
-        kept = [w for w in items if re.search(r"\(MA_[A-Z]+\((\w+),", w).group(1) in bf16]
+        kept = [w for w in items if re.search(r"\(MA_[A-Z_]+\((\w+),", w).group(1) in bf16]
         return f"#define {name}_BF16 \\\n" + " \\\n".join(kept) + "\n"
     n_e, n_g = len(entries), len(entries) + len(gated)
     lists_bf16 = (bf16_list("MA_KERNEL_LIST", wrapped[:n_e]) + bf16_list("MA_GATED_LIST", wrapped[n_e:n_g])
-                  + bf16_list("MA_BIAS_LIST", wrapped[n_g:]))
+                  + bf16_list("MA_BIAS_LIST", wrapped[n_g:n_b]) + bf16_list("MA_BIAS_Y_LIST", wrapped[n_b:]))
     return (f"/* Generated from native/kernels.py; do not edit. */\n{guards}"
             "/* The prelu and swish-beta kernels (not in the lists) go with part 0. */\n"
             "#if !defined(MA_PART) || MA_PART == 0\n#define MA_PART_FIRST 1\n#else\n#define MA_PART_FIRST 0\n#endif\n"
@@ -360,6 +391,8 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
             "/* MA_BIAS(forward name, backward name, activation forward body, activation backward body,\n"
             " * their kinds) */\n"
             f"#define MA_BIAS_LIST \\\n{bbody}\n"
+            "/* MA_BIAS_Y(name, the activation's y body): bias_act's backward from y */\n"
+            f"#define MA_BIAS_Y_LIST \\\n{ybody}\n"
             "/* The kernels whose bfloat16 versions are built (the extension: all) */\n"
             f"{lists_bf16}")
 

@@ -229,6 +229,15 @@ def test_bias_act_kernels_per_channel_full_and_summed():
                     _assert_same(db16, f32_bits_to_bf16(db32), key)
                 else:
                     np.testing.assert_array_equal(sums16, sums32, err_msg=key)
+                if registry.module("native").supports(key, "backward_y", "bfloat16"):  # from y: b, s unread
+                    yb, yf = _bf16_pair(key, "backward_y")
+                    sums16 = yb(dy, y16, None, None, dx16, db16, None, {**p, "sum_dscale": False})
+                    sums32 = yf(dy32, bf16_bits_to_f32(y16), None, None, dx32, db32, None, {**p, "sum_dscale": False})
+                    _assert_same(dx16, f32_bits_to_bf16(dx32), key + " y")
+                    if full:
+                        _assert_same(db16, f32_bits_to_bf16(db32), key + " y")
+                    else:
+                        np.testing.assert_array_equal(sums16, sums32, err_msg=key + " y")
 
 
 @pytest.mark.parametrize("cname", ["gelu_tanh", "sigmoid_grad"])

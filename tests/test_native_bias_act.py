@@ -86,6 +86,73 @@ def test_layouts_match_numpy(act, layout, dtype):
     _compare(_both(x, side(bk, -1, 1), act, dy, **kw), dtype, tol=5e-3 if dtype == "float16" else 2e-5)
 
 
+FLAT = [  # the forward's flat path (b and scale none or per channel): steps across row ends
+    ((2, 3, 70), 1, "c", "c"),    # NCHW rows of 70: b and scale from the row's windows, shifted at its end
+    ((3, 100), -1, "c", None),    # channels along rows of 100: b from its copy along the flat index
+    ((40, 6, 3), 1, "c", "c"),    # short rows (inner 3): b and scale laid along the flat index
+    ((2, 5, 45), 1, None, None),  # neither (-0, 1)
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", FLAT, ids=lambda lay: f"{lay[0]}-dim{lay[1]}-{lay[2]}-{lay[3]}")
+@pytest.mark.parametrize("act", ["relu", "silu"])
+def test_flat_forward_has_the_row_paths_bits(act, layout, dtype):
+    """The flat path gives the row path's bits (the same sides given at x's shape take the row path), with and
+    without a clamp, at every start alignment of x and y (so every head length), and numpy's values."""
+    shape, dim, bk, sk = layout
+    n, c = int(np.prod(shape)), shape[dim]
+    view = [1] * len(shape)
+    view[dim] = c
+    b = None if bk is None else RNG.uniform(-1, 1, c).astype(dtype)
+    s = None if sk is None else RNG.uniform(0.5, 1.5, c).astype(dtype)
+    bf = np.broadcast_to(np.float32(-0.0) if b is None else b.reshape(view), shape).astype(dtype)
+    sf = np.broadcast_to(np.float32(1.0) if s is None else s.reshape(view), shape).astype(dtype)
+    buf, obuf = RNG.standard_normal(n + 8).astype(dtype), np.empty(n + 8, dtype)
+    for off in (0, 1, 3, 7):
+        x, out = buf[off:off + n].reshape(shape), obuf[8 - off:8 - off + n].reshape(shape)
+        for clamp in (None, 1.0):
+            kw = {"dim": dim, "gain": 2.0, "clamp": clamp}
+            y = ma.bias_act(x, b, act, scale=s, out=out, backend="native", **kw)
+            rows = ma.bias_act(x, bf, act, scale=sf, backend="native", **kw)
+            assert y.tobytes() == rows.tobytes()
+            _close(y, ma.bias_act(x, b, act, scale=s, backend="numpy", **kw), dtype)
+
+
+Y_ACTS = ["linear", "relu", "leaky_relu", "sigmoid", "elu"]
+Y_LAYOUTS = [((4, 6, 40), 1, "c", None), ((5, 3, 40), -1, "c", 1.0), ((6, 5, 7), 0, "full", 1.0),
+             ((2, 3, 4), 1, None, None)]
+
+
+def test_every_y_form_has_a_native_kernel():
+    """linear and every key whose activation has a backward from its output: a backward_y kernel per dtype."""
+    keys = [k for k, (_, op, _) in BIAS_ACT_KEYS.items() if op.name == "linear" or op.backward_y is not None]
+    assert len(keys) > 5
+    missing = [(k, t) for k in keys for t in (*DTYPES, "bfloat16") if not nb.supports(k, "backward_y", t)]
+    assert not missing
+    assert registry.select("bias_act:sigmoid", "backward_y", "float16", "numpy")[0].NAME == "native"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", Y_ACTS)
+def test_y_form_kernels_match_numpy(act, dtype):
+    """dx and db from y= on native against numpy's y form: per-channel rows, channels along the row, full-shape
+    b (db elementwise), no b (dx alone); with a clamp that y reaches (zero gradient there)."""
+    for shape, dim, bk, clamp in Y_LAYOUTS:
+        x = (RNG.standard_normal(shape) * 2).astype(dtype)
+        dy = RNG.standard_normal(shape).astype(dtype)
+        b = None if bk is None else RNG.uniform(-1, 1, shape[dim] if bk == "c" else shape).astype(dtype)
+        kw = {"dim": dim, "gain": 2.0, "clamp": clamp}
+        y = ma.bias_act(x, b, act, backend="numpy", **kw)
+        got = ma.bias_act_grad(dy, None, b, act, y=y, backend="native", **kw)
+        want = ma.bias_act_grad(dy, None, b, act, y=y, backend="numpy", **kw)
+        for g, w in zip(got if b is not None else (got,), want if b is not None else (want,), strict=True):
+            _close(g, w, dtype, tol=5e-3 if dtype == "float16" else 1e-5)
+        if clamp is not None:
+            hit = np.abs(y) >= clamp
+            assert hit.any() and not (got[0] if b is not None else got)[hit].any()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_views_needing_copies_and_in_place(dtype):
     """A transposed x, a strided b, a non-contiguous out, and out=x / out=(dy, ...) in place."""

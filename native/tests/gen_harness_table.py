@@ -107,6 +107,21 @@ def main(isa: str, arch: str, out: str | None = None, sample: bool = False) -> N
         lines.append(f"static const {struct}[] = {{")
         lines += _pair_rows(arch, isa, signature, keys)
         lines += ["};", ""]
+    # bias_act's backward from y: the kernel, its scalar twin, and the key's scalar forward (which gives y)
+    lines.append("static const hby_t HBY[] = {")
+    for k in K.table(arch):
+        if k.isa != isa or k.signature != "bias_act_grad" or k.direction != "backward_y" or not _built(k):
+            continue
+        _, op, act_key = BIAS_ACT_KEYS[k.key]
+        p = op.validate({**PARAMS.get(op.name, {}), **op.defn.selecting(act_key)}) if op.name in OPS else {}
+        vals = [float(p[n]) for n in K.params_of(k.cname)] + [0.0] * 4
+        ulp = op.tol.ulp32 if k.dtype == "float32" else op.tol.ulp16
+        fwd = K.symbol(K.cname(k.key, "forward"), k.dtype, "scalar")
+        lines.append(f'    {{"{k.symbol}", {DT[k.dtype]}, (void *){k.symbol}, '
+                     f'(void *){K.symbol(k.cname, k.dtype, "scalar")}, (void *){fwd}, '
+                     f"{{{', '.join(f'{v!r}f' for v in vals[:4])}}}, {float(2 * ulp + 2)!r}f, "
+                     f"{float(2 * op.tol.y_atol + 2)!r}f}},")
+    lines += ['    {NULL, 0, NULL, NULL, NULL, {0}, 0, 0},', "};", ""]
     if TWIN:  # the same kernels of another ISA, for harness.c's bit-for-bit comparison (HARNESS_TWIN)
         lines += [f"#define HARNESS_TWIN_NAME \"{TWIN}\"", "static void *const HK_TWIN[] = {" + ", ".join(twins) + "};"]
         for name, signature in (("HG_TWIN", "gated"), ("HB_TWIN", "bias_act")):

@@ -53,6 +53,15 @@ typedef struct {
 /* A bias_act kernel pair: the same fields. */
 typedef hg_t hb_t;
 
+/* A bias_act backward from y of one ISA, its scalar twin, and the key's scalar forward (which makes its y). */
+typedef struct {
+    const char *name;
+    int dt;
+    void *bwd, *rbwd, *rfwd;
+    float params[4];
+    float ulp, atol;
+} hby_t;
+
 #include HARNESS_TABLE
 
 typedef void (*un_f32)(const float *, float *, size_t, const ma_params *);
@@ -485,21 +494,24 @@ typedef void (*bfwd_f16)(const uint16_t *, const uint16_t *, const uint16_t *, u
                          const ma_params *);
 typedef int (*bbwd_f16)(const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, uint16_t *,
                         uint16_t *, uint16_t *, double *, const ma_bshape *, const ma_params *);
-enum { BL_ROWS, BL_VEC, BL_FULL, BL_N };
+/* BL_ROWS2, BL_VEC2: no scale and rows of more than a step of any ISA (the forward's flat path: steps across
+ * row ends, the row's b from a window or an extended copy; layout 3's b also none) */
+enum { BL_ROWS, BL_VEC, BL_FULL, BL_ROWS2, BL_VEC2, BL_N };
 /* the layouts with sums read X and DY from element 100 on, past the specials, so that the sums are finite
  * and checked (the full-shape layout, without sums, takes the specials) */
 #define BL_OFF(lay) ((lay) == BL_FULL ? 0 : 100)
-#define BC_MAX 40
+#define BC_MAX 70
 static float BB[N], BS[N];
 
+static const size_t BSHAPES[BL_N][3] = {{3, 5, 37}, {30, 40, 1}, {2, 7, 45}, {2, 3, 203}, {15, BC_MAX, 1}};
+#define BL_SIZE(lay) (BSHAPES[lay][0] * BSHAPES[lay][1] * BSHAPES[lay][2])
 /* One forward and backward of fw, bw (dtype dt) on the first o*c*i elements of X, DY (and BB, BS), each
  * rounded to qdt first; y, dx, db (full) and the sums out. */
 static void bias_call(const hb_t *k, void *fw, void *bw, int dt, int qdt, int lay, int lim, int nthreads, float *y,
                       float *dx, float *dbf, double *sums) {
-    static const size_t shapes[BL_N][3] = {{3, 5, 37}, {30, BC_MAX, 1}, {2, 7, 45}};
-    const size_t o = shapes[lay][0], c = shapes[lay][1], in = shapes[lay][2], n = o * c * in;
+    const size_t o = BSHAPES[lay][0], c = BSHAPES[lay][1], in = BSHAPES[lay][2], n = o * c * in;
     int full = lay == BL_FULL;
-    ma_bshape s = {o, c, in, full ? 2 : 1, full ? 0 : 1, 1, nthreads};
+    ma_bshape s = {o, c, in, full ? 2 : 1, full || lay >= BL_ROWS2 ? 0 : 1, 1, nthreads};
     ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, INFINITY, 0.0f, 1.5f,
                    lim ? 2.0f : INFINITY};
     if (dt == DT_F32) {
@@ -526,7 +538,7 @@ static void bias_run(const hb_t *k, int ref, int lay, int lim, int nthreads, flo
 /* bfloat16: both paths against their float32 pairs on the bfloat16 inputs: outputs rounded, sums equal */
 static int bias_bits(const hb_t *k, int lay, int lim) {
     static float y0[N], d0[N], f0[N], y1[N], d1[N], f1[N];
-    size_t n = lay == BL_VEC ? 30 * BC_MAX : lay == BL_ROWS ? 3 * 5 * 37 : 2 * 7 * 45;
+    size_t n = BL_SIZE(lay);
     int bad = 0;
     for (int path = 0; path < 2; path++) {
         double s0[2 * BC_MAX] = {0}, s1[2 * BC_MAX] = {0};
@@ -563,7 +575,7 @@ static int check_bias(const hb_t *k) {
             memset(s0, 0, sizeof s0), memset(s1, 0, sizeof s1);
             bias_run(k, 1, lay, lim, 1, y0, d0, f0, s0);
             bias_run(k, 0, lay, lim, 1, y1, d1, f1, s1);
-            size_t n = lay == BL_VEC ? 30 * BC_MAX : lay == BL_ROWS ? 3 * 5 * 37 : 2 * 7 * 45;
+            size_t n = BL_SIZE(lay);
             const float *xs = X + BL_OFF(lay), *ds = DY + BL_OFF(lay);
             for (size_t e = 0; e < n; e++) {
                 float d = ds[e] * 1.5f;
@@ -607,6 +619,69 @@ static int check_bias(const hb_t *k) {
     return bad;
 }
 
+/* bias_act's backward from y: on the scalar forward's y (layouts with b along dim, and full-shape b: db
+ * elementwise), with and without clamp, the ISA against scalar (dx, the full db, the sums) */
+static void bias_ycall(const hby_t *k, void *bw, int lay, int lim, float *dx, float *dbf, double *sums) {
+    const size_t o = BSHAPES[lay][0], c = BSHAPES[lay][1], in = BSHAPES[lay][2], n = o * c * in;
+    int full = lay == BL_FULL;
+    ma_bshape s = {o, c, in, full ? 2 : 1, 0, 1, 1}, sy = {o, c, in, 0, 0, 1, 1};
+    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, INFINITY, 0.0f, 1.5f,
+                   lim ? 2.0f : INFINITY};
+    if (k->dt == DT_F32) {
+        static float fx[N], fd[N], fb[N], fy[N], fdx[N], fdb[N];
+        for (size_t e = 0; e + BL_OFF(lay) < N; e++) fx[e] = X[e + BL_OFF(lay)], fd[e] = DY[e + BL_OFF(lay)];
+        for (size_t e = 0; e < N; e++) fb[e] = BB[e];
+        ((bfwd_f32)k->rfwd)(fx, fb, NULL, fy, &s, &p);
+        ((bbwd_f32)bw)(fd, fy, NULL, NULL, fdx, full ? fdb : NULL, NULL, full ? NULL : sums, &sy, &p);
+        for (size_t e = 0; e < n; e++) dx[e] = fdx[e], dbf[e] = full ? fdb[e] : 0.0f;
+        return;
+    }
+    static uint16_t hx[N], hd[N], hb[N], hy[N], hdx[N], hdb[N];
+    for (size_t e = 0; e + BL_OFF(lay) < N; e++) hx[e] = enc(k->dt, X[e + BL_OFF(lay)]), hd[e] = enc(k->dt, DY[e + BL_OFF(lay)]);
+    for (size_t e = 0; e < N; e++) hb[e] = enc(k->dt, BB[e]);
+    ((bfwd_f16)k->rfwd)(hx, hb, NULL, hy, &s, &p);
+    ((bbwd_f16)bw)(hd, hy, NULL, NULL, hdx, full ? hdb : NULL, NULL, full ? NULL : sums, &sy, &p);
+    for (size_t e = 0; e < n; e++) dx[e] = dec(k->dt, hdx[e]), dbf[e] = full ? dec(k->dt, hdb[e]) : 0.0f;
+}
+
+static int check_bias_y(const hby_t *k) {
+    static float d0[N], f0[N], d1[N], f1[N];
+    double s0[2 * BC_MAX], s1[2 * BC_MAX];
+    int bad = 0;
+    hg_t g = {k->name, k->dt, 0, 0, 0, 0, 0, 0, 0, 0, {0}, k->ulp, 0, 0};
+    static const int lays[] = {BL_ROWS, BL_VEC, BL_FULL, BL_ROWS2};
+    for (size_t li = 0; li < sizeof lays / sizeof lays[0]; li++)
+        for (int lim = 0; lim < 2; lim++) {
+            int lay = lays[li];
+            memset(s0, 0, sizeof s0), memset(s1, 0, sizeof s1);
+            bias_ycall(k, k->rbwd, lay, lim, d0, f0, s0);
+            bias_ycall(k, k->bwd, lay, lim, d1, f1, s1);
+            size_t n = BL_SIZE(lay);
+            const float *ds = DY + BL_OFF(lay);
+            double mag = 0.0;
+            for (size_t e = 0; e < n; e++) {
+                float d = ds[e] * 1.5f;
+                if (isfinite(d1[e])) mag += fabs(d1[e]) * 4.0 + fabs(ds[e]) * 8.0;
+                if (!gated_close(&g, d1[e], d0[e], k->atol, 2.0f * fabsf(d)) ||
+                    !gated_close(&g, f1[e], f0[e], k->atol, 2.0f * fabsf(d))) {
+                    if (bad < 3) printf("  %s layout %d lim=%d at %zu: dy=%.9g: dx %.9g/%.9g (isa/scalar)\n", k->name,
+                                        lay, lim, e, ds[e], d1[e], d0[e]);
+                    bad++;
+                }
+            }
+            if (lay == BL_FULL) continue;
+            for (int i = 0; i < 2 * BC_MAX; i++) {
+                double tol = (double)(k->ulp + k->atol) * 0x1p-22 * mag;
+                if (isnan(s0[i]) != isnan(s1[i]) || fabs(s1[i] - s0[i]) > tol) {
+                    if (bad < 3) printf("  %s layout %d lim=%d: sum %d %.17g/%.17g (isa/scalar)\n", k->name, lay, lim,
+                                        i, s1[i], s0[i]);
+                    bad++;
+                }
+            }
+        }
+    return bad;
+}
+
 #if defined(MA_SIMDE)
 /* SIMDe computes the avx512 kernels with AVX2, FMA and F16C instructions */
 #define HOST_ISA "avx2"
@@ -638,6 +713,10 @@ int main(void) {
     for (size_t i = 0; i < sizeof HB / sizeof HB[0]; i++, btotal++) {
         if (check_bias(&HB[i])) failed++;
     }
+    int ytotal = 0;
+    for (size_t i = 0; HBY[i].name; i++, ytotal++) {
+        if (check_bias_y(&HBY[i])) failed++;
+    }
     if (check_prelu()) failed++;
     if (check_pool_flush_mode()) failed++;
 #if defined(HARNESS_TWIN_NAME)
@@ -645,7 +724,7 @@ int main(void) {
 #else
 #define TWIN_NOTE ""
 #endif
-    printf("harness %s%s: %d kernels + %d gated pairs + %d bias_act pairs + prelu + pool%s, %d failed\n",
-           STR(HARNESS_ISA), HOST_NOTE, total, gtotal, btotal, TWIN_NOTE, failed);
+    printf("harness %s%s: %d kernels + %d gated pairs + %d bias_act pairs + %d from y + prelu + pool%s, %d failed\n",
+           STR(HARNESS_ISA), HOST_NOTE, total, gtotal, btotal, ytotal, TWIN_NOTE, failed);
     return failed != 0;
 }
