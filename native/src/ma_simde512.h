@@ -32,30 +32,23 @@ static inline void ma_simde_stream_ps(float *p, simde__m512 v) {
     simde_mm256_stream_ps(p, simde_mm512_extractf32x8_ps(v, 0));
     simde_mm256_stream_ps(p + 8, simde_mm512_extractf32x8_ps(v, 1));
 }
-static inline simde__m512 ma_simde_maskz_loadu_ps(simde__mmask16 k, const float *p) {
-    float b[16] = {0};
-    for (int l = 0; l < 16; l++)
-        if (k >> l & 1) b[l] = p[l];
-    return simde_mm512_loadu_ps(b);
-}
-static inline void ma_simde_mask_storeu_ps(float *p, simde__mmask16 k, simde__m512 v) {
-    float b[16];
-    simde_mm512_storeu_ps(b, v);
-    for (int l = 0; l < 16; l++)
-        if (k >> l & 1) p[l] = b[l];
-}
-static inline simde__m256i ma_simde_maskz_loadu_epi16(simde__mmask16 k, const uint16_t *p) {
-    uint16_t b[16] = {0};
-    for (int l = 0; l < 16; l++)
-        if (k >> l & 1) b[l] = p[l];
-    return simde_mm256_loadu_si256(b);
-}
-static inline void ma_simde_mask_storeu_epi16(uint16_t *p, simde__mmask16 k, simde__m256i v) {
-    uint16_t b[16];
-    simde_mm256_storeu_si256(b, v);
-    for (int l = 0; l < 16; l++)
-        if (k >> l & 1) p[l] = b[l];
-}
+/* The hardware's masked load and store, lane by lane (see above), for one element type: maskz_loadu_SFX
+ * reads only the lanes in k (zeros elsewhere), mask_storeu_SFX writes only those lanes. */
+#define MA_SIMDE_MASKED(sfx, T, VT, loadu, storeu)                                 \
+    static inline VT ma_simde_maskz_loadu_##sfx(simde__mmask16 k, const T *p) {     \
+        T b[16] = {0};                                                             \
+        for (int l = 0; l < 16; l++)                                               \
+            if (k >> l & 1) b[l] = p[l];                                           \
+        return loadu(b);                                                           \
+    }                                                                              \
+    static inline void ma_simde_mask_storeu_##sfx(T *p, simde__mmask16 k, VT v) {  \
+        T b[16];                                                                   \
+        storeu(b, v);                                                              \
+        for (int l = 0; l < 16; l++)                                               \
+            if (k >> l & 1) p[l] = b[l];                                           \
+    }
+MA_SIMDE_MASKED(ps, float, simde__m512, simde_mm512_loadu_ps, simde_mm512_storeu_ps)
+MA_SIMDE_MASKED(epi16, uint16_t, simde__m256i, simde_mm256_loadu_si256, simde_mm256_storeu_si256)
 #define MA_CVTPS_PH(v) ma_simde_cvtps_ph(v)
 #define MA_MASKZ_LOADU_PS(k, p) ma_simde_maskz_loadu_ps((k), (p))
 #define MA_MASK_STOREU_PS(p, k, v) ma_simde_mask_storeu_ps((p), (k), (v))
