@@ -62,15 +62,17 @@ def _load() -> dict[str, Any]:
         isa = forced
     else:
         isa = runs[0]
-    table = {}
+    table, by_isa = {}, {}
     for _op, key, direction, dtype, row_isa, cname, symbol, signature, params, cost in rows:
-        if row_isa == isa:
-            table[(key, direction, dtype)] = (
+        if row_isa in runs:
+            by_isa[(key, direction, dtype, row_isa)] = (
                 cname, symbol, signature, () if params == "-" else tuple(params.split(",")), int(cost)
             )
+            if row_isa == isa:
+                table[(key, direction, dtype)] = by_isa[(key, direction, dtype, row_isa)]
     skipped = "".join(f"; {name} not run here: {why}" for name, why in not_run.items())
     _state.update(ok=True, why=f"C kernels, {isa}" + (" (forced)" if forced else "") + skipped, lib=lib, ffi=ffi,
-                  isa=isa, isas=runs, not_run=not_run, table=table)
+                  isa=isa, isas=runs, not_run=not_run, table=table, by_isa=by_isa)
     return _state
 
 
@@ -94,11 +96,15 @@ def supports(key: str, direction: str, dtype: str) -> bool:
     return s["ok"] and (key, direction, dtype) in s["table"]
 
 
-def kernel(key: str, direction: str, dtype: str) -> Callable:
+def kernel(key: str, direction: str, dtype: str, isa: str | None = None) -> Callable:
+    """The kernel of the chosen ISA, or of `isa` (any this machine runs: `multiact check --exhaustive`
+    judges every ISA against one reference in one pass)."""
     s = _load()
     if not s["ok"]:
         raise RuntimeError(f"native backend unavailable: {s['why']}")
-    row = s["table"].get((key, direction, dtype))
+    if isa is not None and isa not in s["isas"]:
+        raise ValueError(f"native: ISA {isa!r} does not run here; this machine runs: {', '.join(s['isas'])}")
+    row = s["table"].get((key, direction, dtype)) if isa is None else s["by_isa"].get((key, direction, dtype, isa))
     if not row:
         raise NotImplementedError(f"native has no {key} {direction} kernel for {dtype}")
     _, symbol, signature, _, cost = row
