@@ -235,11 +235,12 @@ def _torch_kernel(op: str, direction: str) -> Callable:
             out.copy_(_torch_forward(op, p)(x))
 
     def backward(dy, x, out, p):
+        # torch.func.vjp, not autograd.grad: multiact.torch runs kernels below autograd (custom ops), where
+        # autograd records nothing even under enable_grad
         torch = sys.modules["torch"]
-        with torch.enable_grad():
-            xr = x.detach().requires_grad_(True)
-            (dx,) = torch.autograd.grad(_torch_forward(op, p)(xr), xr, dy)
-        out.copy_(dx)
+        _, vjp = torch.func.vjp(_torch_forward(op, p), x.detach())
+        with torch.no_grad():
+            out.copy_(vjp(dy)[0])
 
     def backward_y(dy, y, out, p):
         torch = sys.modules["torch"]
@@ -298,11 +299,11 @@ def _torch_gated_kernel(key: str, direction: str) -> Callable:
 
     def backward(dy, gate, up, dgate, dup, p):
         torch = sys.modules["torch"]
-        with torch.enable_grad():
-            g, u = gate.detach().requires_grad_(True), up.detach().requires_grad_(True)
-            dg, du = torch.autograd.grad(gated(g, u, p), (g, u), dy)
-        dgate.copy_(dg)
-        dup.copy_(du)
+        _, vjp = torch.func.vjp(lambda g, u: gated(g, u, p), gate.detach(), up.detach())  # as backward above
+        dg, du = vjp(dy)
+        with torch.no_grad():
+            dgate.copy_(dg)
+            dup.copy_(du)
 
     return {"forward": forward, "backward": backward}[direction]
 

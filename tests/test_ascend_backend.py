@@ -190,6 +190,23 @@ def test_bias_act_dispatch_of_an_npu_call(cpu_tensors_as_npu):
         ma.bias_act(xt, torch.from_numpy(b), "gelu")
 
 
+def test_elementwise_and_gated_backward_below_autograd(cpu_tensors_as_npu):
+    """multiact.torch on NPU tensors: the ascend torch kernels' backward runs inside a custom op, below
+    autograd, so it takes torch.func.vjp (autograd.grad there raised "does not require grad")."""
+    torch = cpu_tensors_as_npu
+    import multiact.torch as mt
+
+    x = torch.linspace(-4, 4, 48).reshape(6, 8)
+    dy = torch.linspace(-1, 1, 48).reshape(6, 8)
+    for f, ref in ((mt.silu, torch.nn.functional.silu), (mt.swiglu, lambda t: (lambda g, u: torch.nn.functional
+                                                                                   .silu(g) * u)(*t.chunk(2, -1)))):
+        xg, xr = x.clone().requires_grad_(), x.double().requires_grad_()
+        y = f(xg)
+        y.backward(dy[:, : y.shape[-1]])
+        ref(xr).backward(dy[:, : y.shape[-1]].double())
+        np.testing.assert_allclose(xg.grad.numpy(), xr.grad.numpy(), rtol=1e-5, atol=1e-6, err_msg=f.__name__)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_bias_act_torch_path_against_the_float64_composition(cpu_tensors_as_npu, dtype):
     """Every form of the shared suite (dims 1, -1, 0; per-channel and full-shape b and scale; gain; clamp hit
