@@ -1,4 +1,5 @@
-"""`multiact check --exhaustive`: float32 accuracy over every input bit pattern, or a strided subset.
+"""`multiact check --subset | --dense`: float32 accuracy over strided sets of the input bit patterns, and the
+rules every sweep judges by (`multiact check --exhaustive`, exhaustive.py, computes the same rules compiled).
 
 The shared suite samples inputs; this sweeps them.  Each op (its default parameters, each kernel key,
 plus the non-default cases of `SWEEP_CASES`) is run forward, backward (dy = 1 and dy = DY2) and from
@@ -239,13 +240,13 @@ def chunks(stride: int, offset: int, per_chunk: int = 1 << 22) -> Iterator[tuple
         yield start, min(start + span, 1 << 32)
 
 
-def run(ops: Sequence[str] | None = None, backend: str | None = None, *, exhaustive: bool = False,
-        dense: bool = False, stride: int | None = None, workers: int | None = None,
+def run(ops: Sequence[str] | None = None, backend: str | None = None, *, dense: bool = False,
+        stride: int | None = None, workers: int | None = None,
         progress: Callable[[Iterable, int], Iterable] | None = None) -> list[Stats]:
-    """Sweep the ops on one backend: every pattern (exhaustive), every 256th (dense: the non-default
-    parameter cases), or the CI subset (every SUBSET_STRIDE-th); chunks in parallel over workers processes."""
+    """Sweep the ops on one backend: every 256th pattern (dense: the non-default parameter cases), or the
+    CI subset (every SUBSET_STRIDE-th), or every stride-th; chunks in parallel over workers processes."""
     if stride is None:
-        stride = 1 if exhaustive else (256 if dense else SUBSET_STRIDE)
+        stride = 256 if dense else SUBSET_STRIDE
     offset = 0 if stride == 1 else SUBSET_OFFSET % stride
     jobs = [(op, p, backend, a, b, stride, offset) for op, p in cases(ops, dense) for a, b in chunks(stride, offset)]
     workers = workers or (os.cpu_count() or 1)
@@ -292,7 +293,7 @@ def as_json(rows: Sequence[Stats]) -> list[dict[str, Any]]:
 
 
 def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = None) -> int:
-    """`multiact check --exhaustive | --dense | --subset`: one backend (default native), one ISA
+    """`multiact check --dense | --subset`: one backend (default native), one ISA
     (--isa, native only: chosen before any kernel loads, so the worker processes inherit it)."""
     from . import sysinfo
 
@@ -308,12 +309,11 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
     from ..backends import native_backend
 
     isa = native_backend.info()["isa"] if backend == "native" else None
-    mode = "exhaustive (every bit pattern)" if args.exhaustive else (
-        "dense (every 256th pattern, non-default parameters)" if args.dense else
-        f"subset (every {SUBSET_STRIDE}th pattern)")
+    mode = ("dense (every 256th pattern, non-default parameters)" if args.dense else
+            f"subset (every {SUBSET_STRIDE}th pattern)")
     header = (f"CPU: {sysinfo.describe(sysinfo.identity())}\nmultiact check {mode}: backend {backend}"
               + (f", ISA {isa}" if isa else "") + f"; bound {BOUND:g} ULP")
-    rows = run(ops, backend, exhaustive=args.exhaustive, dense=args.dense, stride=args.stride,
+    rows = run(ops, backend, dense=args.dense, stride=args.stride,
                workers=args.workers, progress=progress)
     print(render(rows, header))
     if args.json:
