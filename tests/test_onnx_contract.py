@@ -156,6 +156,27 @@ def test_runtime_graphs_are_orts_own_operators_and_the_unlisted_meet_the_contrac
 def test_runtime_errors_name_real_ops():
     assert set(X.RUNTIME_ERRORS) <= set(OPS)
     assert set(X.deviations()) <= set(OPS)
+    assert set(X.RUNTIME_ULPS) <= set(X.RUNTIME_ERRORS)
+
+
+@pytest.mark.parametrize("op", sorted(X.RUNTIME_ULPS))
+def test_runtime_error_figures_hold(op):
+    """RUNTIME_ULPS measured again on the documented inputs (the suite's and a grid on [-30, 30]): no error
+    above twice its figure (the figures round up; other CPUs' MLAS kernels may differ a little), and none of
+    the large figures a hundred times too high (an ORT that fixed its tails makes the docs wrong)."""
+    spec = OPS[op]
+    for dtype, figure in X.RUNTIME_ULPS[op].items():
+        worst = 0.0
+        for p in C.param_cases(spec):
+            full = spec.validate(dict(p))
+            x = np.concatenate([C.zero_pairs(np.dtype(dtype))[0], C.sample_x(spec, p, dtype, n=400),
+                                np.linspace(-30, 30, 60001).astype(dtype)])
+            (got,) = _session(X.to_onnx(op, accuracy="runtime", dtype=dtype, **p)).run(None, {"x": x})
+            v = C.compare(got, C.reference(spec, "forward", full, np.dtype(dtype), x), x, spec, "forward", params=full)
+            worst = max(worst, v.max_ulp if math.isfinite(v.max_ulp) else 0.0)
+        assert worst <= 2 * figure, f"{op} {dtype}: measured {worst:.3g} ulp, RUNTIME_ULPS says {figure:g}"
+        if figure >= 1e3:
+            assert worst >= figure / 100, f"{op} {dtype}: measured {worst:.3g} ulp, RUNTIME_ULPS says {figure:g}"
 
 
 # ---- ONNX's own node test cases ---------------------------------------------------------------------------
