@@ -5,7 +5,12 @@ than torch's bf16 kernels (aten's out= forms, the same work with no allocation).
 (each round times every variant once, in a rotated order); the median per variant and the ratios of medians
 are printed with the CPU and the load.
 
-usage: python benchmarks/bench_bf16_native.py [--n 16777216] [--rounds 15] [--ops sigmoid,gelu,...]
+With --fresh every timed call reads and writes arrays allocated for it (inputs copied in, the output
+touched first): at 16M the same kernel on the same values reads one allocation up to 30% slower than
+another here (a copy of x against x itself; this VM shows no transparent huge pages), so one fixed
+set of arrays per variant can decide a ratio by where its pages landed.
+
+usage: python benchmarks/bench_bf16_native.py [--n 16777216] [--rounds 15] [--ops sigmoid,gelu,...] [--fresh]
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=1 << 24)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--ops", default=",".join(TORCH))
+    ap.add_argument("--fresh", action="store_true", help="new arrays for every timed call (pages placed anew)")
     a = ap.parse_args()
     import torch
 
@@ -81,25 +87,29 @@ def main() -> None:
         directions = ("forward", "backward") + (("backward_y",) if nb.supports(op, "backward_y", "bfloat16") else ())
         for direction in directions:
             kb, kh = nb.kernel(op, direction, "bfloat16"), nb.kernel(op, direction, "float16")
+            # variant -> (call, its arrays: inputs then output)
             if direction == "forward":
-                variants = {"bf16": lambda kb=kb, p=p: kb(xb, out16, p),
-                            "f16": lambda kh=kh, p=p: kh(xh, out16.view(np.float16), p),
-                            "torch": lambda tf=tf: tf(torch, tx, tout)}
+                variants = {"bf16": (lambda u, o, kb=kb, p=p: kb(u, o, p), (xb, out16)),
+                            "f16": (lambda u, o, kh=kh, p=p: kh(u, o, p), (xh, out16.view(np.float16))),
+                            "torch": (lambda u, o, tf=tf: tf(torch, u, o), (tx, tout))}
             else:
                 # native's backward takes x (sigmoid, tanh: recomputed), backward_y takes y
                 ib, ih = (yb, yh) if direction == "backward_y" else (xb, xh)
-                variants = {"bf16": lambda kb=kb, p=p, ib=ib: kb(dyb, ib, out16, p),
-                            "f16": lambda kh=kh, p=p, ih=ih: kh(dyh, ih, out16.view(np.float16), p),
-                            "torch": lambda tb=tb, y_t=y_t: tb(torch, tdy, tx, y_t, tout)}
+                variants = {"bf16": (lambda d, u, o, kb=kb, p=p: kb(d, u, o, p), (dyb, ib, out16)),
+                            "f16": (lambda d, u, o, kh=kh, p=p: kh(d, u, o, p), (dyh, ih, out16.view(np.float16))),
+                            "torch": (lambda d, u, y, o, tb=tb: tb(torch, d, u, y, o), (tdy, tx, y_t, tout))}
             names = list(variants)
             times = {k: [] for k in names}
-            for k in names:  # warm up
-                variants[k]()
+            for call, arrays in variants.values():  # warm up
+                call(*arrays)
             for r in range(a.rounds):
                 order = names[r % 3:] + names[:r % 3]
                 for k in order:
+                    call, arrays = variants[k]
+                    if a.fresh:  # copies touch every page before the clock starts
+                        arrays = tuple(v.clone() if isinstance(v, torch.Tensor) else v.copy() for v in arrays)
                     t0 = time.perf_counter()
-                    variants[k]()
+                    call(*arrays)
                     times[k].append(time.perf_counter() - t0)
             med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
             # the median of each round's own ratio: a busy machine's slow stretches hit both calls of a round
