@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep = check.add_mutually_exclusive_group()
     sweep.add_argument("--exhaustive", action="store_true",
                        help="float32 accuracy of the native kernels over all 2^32 inputs, every ISA this machine "
-                       "runs in one pass (about 1.5 hours on two idle Zen 3 cores for scalar and AVX2)")
+                       "runs in one pass (about two hours on two Zen 3 cores for scalar and AVX2; --journal to resume)")
     sweep.add_argument("--dense", action="store_true", help="float32 sweep of the non-default parameters (2^24 points)")
     sweep.add_argument("--subset", action="store_true", help="float32 sweep of every 4096th input (the CI subset)")
     check.add_argument("--isa", help="with a sweep: the native ISA (scalar, avx2, neon; --exhaustive: a list)")

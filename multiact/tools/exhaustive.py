@@ -321,6 +321,28 @@ def crosscheck(ops: Sequence[str] | None = None, stride: int = 1 << 16) -> list[
     return out
 
 
+def summary(rows_: Sequence[A.Stats]) -> str:
+    """The README's table: per op (and kernel key) the largest error in float32 ulp over every ISA, dy and
+    input, forward / backward / from y, with the x where it was found."""
+    best: dict[tuple[str, str], dict[str, A.Stats]] = {}
+    for s in rows_:
+        label = s.op if s.case in ("defaults", "axis=0") else f"{s.op} ({s.case})"
+        d = s.direction.split()[0]
+        cell = best.setdefault((label, d), {})
+        if "s" not in cell or s.max_ulp > cell["s"].max_ulp:
+            cell["s"] = s
+    labels = list(dict.fromkeys(label for label, _ in best))
+    lines = ["| op | forward | backward | from y |", "| --- | --- | --- | --- |"]
+    for label in labels:
+        cells = []
+        for d in ("forward", "backward", "backward_y"):
+            s = best.get((label, d), {}).get("s")
+            cells.append("-" if s is None else (f"{s.max_ulp:.2g}" + (f" (x = {s.worst_x:.4g})" if s.max_ulp >= 3
+                                                                       else "") + ("" if s.passed else " FAILS")))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = None) -> int:
     """`multiact check --exhaustive [--isa A,B] [--journal FILE]`: one table per ISA (default: every ISA
     this machine runs), with the compiled reference's distance from reference.py first."""
