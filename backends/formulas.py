@@ -621,8 +621,18 @@ def softsign(x, a, b):
 
 @_formula(("softsign", "backward"))
 def softsign_grad(dy, x, a, b):
-    r = ONE / (ONE + abs(x))
-    return (dy * r) * r
+    """dy / (1 + |x|)^2 with the rounding error c of 1 + |x| (Fast2Sum) taken back as g (1 - 2 c / d):
+    squaring 1 / d doubles that error (native's exhaustive float32 run: 4.2 ulp at x = 1.9e7)."""
+    ax = abs(x)
+    big = ax if ax > ONE else ONE
+    small = ONE if ax > ONE else ax
+    d = big + small
+    r = ONE / d
+    g = (dy * r) * r
+    if g == ZERO or d == d + d:  # a zero keeps its sign; at |x| = inf, c would be NaN
+        return g
+    c = small - (d - big)
+    return g - ((TWO * c) * r) * g
 
 
 # ---- x * gate(x) ----------------------------------------------------------------------------------------------
