@@ -121,3 +121,4 @@ def test_cli_runs_every_isa(capsys):
     assert "reference: numba float64 kernels, within" in text
     for isa in native.info()["isas"]:
         assert f"## ISA {isa}" in text
+    assert "| silu | " in text.split("## Largest error over every ISA")[1]
