@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -34,7 +35,8 @@ CHUNK = 1 << 16  # points per kernel call: the float64 arrays of one chunk stay 
 JOB = 1 << 24  # bit patterns per job (256 jobs for 2^32)
 REF_AGREE = 1e-2  # float32 ulp: how far the compiled reference may stand from reference.py
 
-# (fx, fdy, fy): the judge's absolute floor fx |x| + fdy |dy| (where |x| < 10) + fy |dy y| (accuracy.py's)
+# The judge's absolute floor is fx |x| + fdy |dy| (where |x| < 10) + fy |dy y|, accuracy.py's rules; _E2 is
+# their 2 eps.
 _E2 = 2.0 * A.EPS32
 
 
@@ -98,13 +100,9 @@ def _judge_loop():
     return judge
 
 
-_jit: dict[str, Any] = {}
-
-
+@cache
 def _judge() -> Callable:
-    if "judge" not in _jit:
-        _jit["judge"] = _judge_loop()
-    return _jit["judge"]
+    return _judge_loop()
 
 
 def _stats(op: str, case: str, tag: str, isa: str, sf: np.ndarray, si: np.ndarray) -> A.Stats:
