@@ -336,7 +336,7 @@ def summary(rows_: Sequence[A.Stats]) -> str:
         cells = []
         for d in ("forward", "backward", "backward_y"):
             s = best.get((label, d), {}).get("s")
-            cells.append("-" if s is None else (f"{s.max_ulp:.2g}" + (f" (x = {s.worst_x:.4g})" if s.max_ulp >= 3
+            cells.append("-" if s is None else (f"{s.max_ulp:.3g}" + (f" (x = {s.worst_x:.4g})" if s.max_ulp >= 3
                                                                        else "") + ("" if s.passed else " FAILS")))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
