@@ -96,7 +96,7 @@ def main() -> None:
     print(f"# CPU: {_cpu()}; native isa {nb.info()['isa']}; torch {torch.__version__}; n={a.n}, 1 thread, "
           f"{a.rounds} interleaved rounds{', fresh arrays per call' if a.fresh else ''}; load average before: "
           f"{os.getloadavg()}")
-    print(f"{'op':<11} {'dir':<10} {'bf16 ms':>8} {'f16 ms':>8} {'torch ms':>9} {'bf16/f16':>9} {'bf16/torch':>11} "
+    print(f"{'op':<11} {'dir':<10} {'bf16 ms':>8} {'f16 ms':>8} {'torch ms':>9} {'bf16/torch':>11} {'bf16/f16':>9} "
           f"{'per round':>10}")
     for op in ops:
         p = _params(op)
