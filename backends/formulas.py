@@ -629,7 +629,7 @@ def softsign_grad(dy, x, a, b):
     d = big + small
     r = ONE / d
     g = (dy * r) * r
-    if g == ZERO or d == d + d:  # a zero keeps its sign; at |x| = inf, c would be NaN
+    if g == g + g or d == d + d:  # g = +-0 keeps its sign, g = +-inf stays; at |x| = inf, c would be NaN
         return g
     c = small - (d - big)
     return g - ((TWO * c) * r) * g

@@ -24,6 +24,7 @@ ALLOWED = {
     ("multiact/onnx_export.py", "_BUILTIN_OK"): "ORT operators measured to meet the tolerance, per dtype",
     ("multiact/onnx_export.py", "_F64_FORWARD"): "composites measured to need float64 to meet the tolerance",
     ("multiact/onnx_export.py", "RUNTIME_ERRORS"): "ORT operators' measured errors, per op",
+    ("multiact/onnx_export.py", "RUNTIME_ULPS"): "ORT operators' measured errors, per op, as figures",
     ("multiact/onnx_export.py", "_builtin_fwd"): "the graphs of ORT's own operators (accuracy='runtime')",
     ("multiact/onnx_export.py", "_DEVIATIONS"): "why a graph is not ORT's own operator, per op",
     ("multiact/onnx_export.py", "_fwd"): "the ONNX graphs (the onnxruntime backend's kernels)",

@@ -268,7 +268,7 @@ MA_INLINE V op_softsign_grad(V dy, V x, const ma_params *p) {
     V r = ONE / d;
     V g = (dy * r) * r;
     V k = VSEL(d == VSPLAT(__builtin_inff()), ZERO, VSPLAT(-2.0f) * (c * r));  /* c is NaN at |x| = inf */
-    return VSEL(g == ZERO, g, VFMA(k, g, g));  /* keeps the sign of a zero g */
+    return VSEL(g == g + g, g, VFMA(k, g, g));  /* g = +-0 keeps its sign, g = +-inf stays (not inf - inf) */
 }
 
 /* ---- x * sigmoid(z) family: silu, swish, fast_gelu, gelu(tanh) ---- */
