@@ -317,12 +317,17 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
                workers=args.workers, progress=progress)
     print(render(rows, header))
     if args.json:
-        import json
-
-        text = json.dumps({"header": header, "rows": as_json(rows)}, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+        write_json(args.json, header, rows)
     return 0 if all(s.passed for s in rows) else 1
+
+
+def write_json(dest: str, header: str, rows: Sequence[Stats]) -> None:
+    """A sweep's --json: the header and every row, to a file or ('-') to stdout."""
+    import json
+
+    text = json.dumps({"header": header, "rows": as_json(rows)}, indent=1)
+    if dest == "-":
+        print(text)
+    else:
+        with open(dest, "w") as f:
+            f.write(text + "\n")

@@ -382,10 +382,5 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
     parts.append("\n## Largest error over every ISA, dy and input (float32 ulp)\n" + summary(rows_))
     print("\n".join(parts))
     if args.json:
-        text = json.dumps({"header": header, "rows": A.as_json(rows_)}, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
+        A.write_json(args.json, header, rows_)
     return 0 if all(s.passed for s in rows_) else 1
