@@ -8,6 +8,8 @@
 # tests/results/native-harness-full.txt).
 # HARNESS_TWIN=ISA (e.g. avx2 for avx512 or avx512-simde): that ISA's kernels built in too, and every kernel's
 # outputs compared with its twin's bit for bit (the bias_act sums within their bound).
+# HARNESS_ARGS=--serve: the harness serves kernel requests on stdin/stdout instead (multiact/tools/served.py, the
+# accuracy sweeps of NEON under qemu); the build's messages then go to stderr.
 # Extra compiler flags come from HARNESS_CFLAGS (e.g. -fsanitize=address,undefined).
 # bfloat16: every kernel with HARNESS_BF16=all (the default for neon, which only this harness runs), else one
 # kernel per list and kinds of bodies (native/kernels.py's bf16_representatives: the bfloat16 code is the same
@@ -54,6 +56,7 @@ SAMPLE=$([ "${HARNESS_SAMPLE:-0}" = 1 ] && echo --sample || true)
 # under load 2-5: -O1 before bfloat16 69 s; -O0 with every bfloat16 kernel 73 s; -O0 with the representatives
 # 44 s (the run itself ~1.2 s at -O0).
 FLAGS="${HARNESS_OPT:-$OPT} -std=gnu11 -ffp-contract=off -fno-math-errno -Wall -Wno-unknown-pragmas $STATIC $SIMDE ${HARNESS_CFLAGS:-}"
+LOG=$([ "${HARNESS_ARGS:-}" = --serve ] && echo 2 || echo 1)
 KEY=$(printf '%s' "$CC $FLAGS $HARNESS_BF16 $SAMPLE ${HARNESS_TWIN:-}" | cksum | cut -d' ' -f1)
 DIR=native/_build/harness_${ISA_ARG}_$(basename "$CC")${SAMPLE:+_sample}_$KEY
 OUT=$DIR/harness
@@ -107,5 +110,5 @@ up_to_date() {
 (
     if command -v flock >/dev/null; then flock 9; fi
     if up_to_date; then echo "harness $ISA: $OUT is up to date"; else build; fi
-) 9> "$DIR/lock"
-"$@" "./$OUT"
+) 9> "$DIR/lock" >&"$LOG"
+exec "$@" "./$OUT" ${HARNESS_ARGS:-}

@@ -34,6 +34,10 @@ import numpy as np
 from .. import api
 from .. import consistency as C
 from ..optable import OPS, OpSpec
+from .served import ServedISA
+
+Backend = str | ServedISA | None  # a backend's name (None: the default), or a served ISA's kernels
+UNSERVED = ("prelu",)  # ops whose native kernel is not elementwise (served.py serves those only)
 
 FLT_MIN = float(np.finfo(np.float32).tiny)
 EPS32 = float(np.finfo(np.float32).eps)
@@ -183,32 +187,44 @@ def directions(spec: OpSpec) -> list[str]:
     return ["forward", "backward"] + (["backward_y"] if spec.backward_y is not None else [])
 
 
-def _call(spec: OpSpec, direction: str, params: dict[str, Any], backend: str | None, x: np.ndarray,
+def _outputs(spec: OpSpec, direction: str, params: dict[str, Any], backend: Backend, *ins: np.ndarray) -> Any:
+    """The backend's results on ins (x; dy and x; dy and y): through the API, or a served ISA's kernel."""
+    if isinstance(backend, ServedISA):
+        p = spec.validate(params)  # what the API passes a kernel
+        return backend.run(spec.kernel_key(p), direction, p, *ins)
+    if direction == "forward":
+        return api.forward(spec.name, *ins, backend=backend, **params)
+    if direction == "backward":
+        return api.backward(spec.name, *ins, backend=backend, **params)
+    return api.backward(spec.name, ins[0], y=ins[1], backend=backend, **params)
+
+
+def _call(spec: OpSpec, direction: str, params: dict[str, Any], backend: Backend, x: np.ndarray,
           dy: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | float]:
     """(got, ref, floor) for one chunk."""
     if direction == "forward":
-        got = api.forward(spec.name, x, backend=backend, **params)
+        got = _outputs(spec, direction, params, backend, x)
         # the op's declared cancellation (Tolerance.fwd_atol: x + c near x = -c, c a rounded constant)
         floor = spec.tol.fwd_atol * EPS32 * np.abs(x.astype(np.float64))
         return got, C.reference(spec, "forward", params, np.float32, x), floor
     floor = np.where(np.abs(x) < 10, 2.0 * EPS32 * np.abs(dy.astype(np.float64)), 0.0)
     if direction == "backward":
-        got = api.backward(spec.name, dy, x, backend=backend, **params)
+        got = _outputs(spec, direction, params, backend, dy, x)
         return got, C.reference(spec, "backward", params, np.float32, dy, x), floor
     with np.errstate(all="ignore"):
         y = C.reference(spec, "forward", params, np.float32, x).astype(np.float32)
-    got = api.backward(spec.name, dy, y=y, backend=backend, **params)
+    got = _outputs(spec, direction, params, backend, dy, y)
     # a y-form that adds a constant to y (elu's y + alpha, selu's) cancels: eps |dy y| more, everywhere
     floor = floor + 2.0 * EPS32 * np.abs(dy.astype(np.float64) * y)
     return got, C.reference(spec, "backward_y", params, np.float32, dy, y), floor
 
 
-def measure_chunk(op: str, params: dict[str, Any], backend: str | None, x: np.ndarray,
+def measure_chunk(op: str, params: dict[str, Any], backend: Backend, x: np.ndarray,
                   dirs: Iterable[str] | None = None) -> list[Stats]:
     """Every direction (and both dy) of one op on one chunk of points."""
     spec = OPS[op]
     case = C.case_id({a: v for a, v in params.items() if a != "weight"})
-    label = backend or "auto"
+    label = backend.label if isinstance(backend, ServedISA) else backend or "auto"
     out = []
     with np.errstate(all="ignore"):
         for direction in dirs or directions(spec):
@@ -228,7 +244,7 @@ def measure_chunk(op: str, params: dict[str, Any], backend: str | None, x: np.nd
     return out
 
 
-def _chunk_job(job: tuple[str, dict[str, Any], str | None, int, int, int, int]) -> list[Stats]:
+def _chunk_job(job: tuple[str, dict[str, Any], Backend, int, int, int, int]) -> list[Stats]:
     op, params, backend, start, stop, stride, offset = job
     return measure_chunk(op, params, backend, bit_points(start, stop, stride, offset))
 
@@ -240,7 +256,7 @@ def chunks(stride: int, offset: int, per_chunk: int = 1 << 22) -> Iterator[tuple
         yield start, min(start + span, 1 << 32)
 
 
-def run(ops: Sequence[str] | None = None, backend: str | None = None, *, dense: bool = False,
+def run(ops: Sequence[str] | None = None, backend: Backend = None, *, dense: bool = False,
         stride: int | None = None, workers: int | None = None,
         progress: Callable[[Iterable, int], Iterable] | None = None) -> list[Stats]:
     """Sweep the ops on one backend: every 256th pattern (dense: the non-default parameter cases), or the
@@ -248,7 +264,10 @@ def run(ops: Sequence[str] | None = None, backend: str | None = None, *, dense: 
     if stride is None:
         stride = 256 if dense else SUBSET_STRIDE
     offset = 0 if stride == 1 else SUBSET_OFFSET % stride
-    jobs = [(op, p, backend, a, b, stride, offset) for op, p in cases(ops, dense) for a, b in chunks(stride, offset)]
+    todo = cases(ops, dense)
+    if isinstance(backend, ServedISA):  # prelu's kernel takes a weight array: not served
+        todo = [(op, p) for op, p in todo if op not in UNSERVED]
+    jobs = [(op, p, backend, a, b, stride, offset) for op, p in todo for a, b in chunks(stride, offset)]
     workers = workers or (os.cpu_count() or 1)
     merged: dict[tuple[str, str, str], Stats] = {}
     if workers == 1:
@@ -293,32 +312,48 @@ def as_json(rows: Sequence[Stats]) -> list[dict[str, Any]]:
 
 
 def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = None) -> int:
-    """`multiact check --dense | --subset`: one backend (default native), one ISA
-    (--isa, native only: chosen before any kernel loads, so the worker processes inherit it)."""
-    from . import sysinfo
+    """`multiact check --dense | --subset`: one backend (default native), one ISA (--isa, native only: chosen
+    before any kernel loads, so the worker processes inherit it; with --serve, an ISA this machine cannot
+    run, its kernels computed by its C harness, served.py)."""
+    from . import served, sysinfo
 
     backend = (args.backend or [["native"]])[0][0]
-    if args.isa:
+    target: Backend = backend
+    if getattr(args, "serve", False):
+        if backend != "native" or not args.isa:
+            raise SystemExit("multiact check --serve: needs --isa ISA (native: the ISA's C harness serves its "
+                             "kernels, e.g. --isa neon under qemu-aarch64)")
+        target = served.served(args.isa)
+    elif args.isa:
         if backend != "native":
             raise SystemExit("multiact check: --isa applies to the native backend only")
         os.environ["MULTIACT_NATIVE_ISA"] = args.isa
-    ops = [o for group in args.op for o in group] if args.op else None
-    unknown = sorted(set(ops or ()) - set(OPS))
-    if unknown:
-        raise SystemExit(f"multiact check: unknown op(s) {', '.join(unknown)}; valid: {', '.join(OPS)}")
+    ops = selected_ops(args)
     from ..backends import native_backend
 
-    isa = native_backend.info()["isa"] if backend == "native" else None
-    mode = ("dense (every 256th pattern, non-default parameters)" if args.dense else
-            f"subset (every {SUBSET_STRIDE}th pattern)")
-    header = (f"CPU: {sysinfo.describe(sysinfo.identity())}\nmultiact check {mode}: backend {backend}"
-              + (f", ISA {isa}" if isa else "") + f"; bound {BOUND:g} ULP")
-    rows = run(ops, backend, dense=args.dense, stride=args.stride,
-               workers=args.workers, progress=progress)
+    if isinstance(target, served.ServedISA):
+        where = f", ISA {target.isa} served by `{target.command}`, HARNESS_OPT={served.opt()}"
+    else:
+        where = f", ISA {native_backend.info()['isa']}" if backend == "native" else ""
+    stride = args.stride or (256 if args.dense else SUBSET_STRIDE)
+    mode = (f"dense (every {stride}th pattern, non-default parameters)" if args.dense
+            else f"subset (every {stride}th pattern)")
+    header = (f"CPU: {sysinfo.describe(sysinfo.identity())}\nmultiact check {mode}: backend {backend}{where}; "
+              f"bound {BOUND:g} ULP")
+    rows = run(ops, target, dense=args.dense, stride=stride, workers=args.workers, progress=progress)
     print(render(rows, header))
     if args.json:
         write_json(args.json, header, rows)
     return 0 if all(s.passed for s in rows) else 1
+
+
+def selected_ops(args: Any) -> list[str] | None:
+    """The sweeps' --op list (None: every op), refused whole if it names an op the table lacks."""
+    ops = [o for group in args.op for o in group] if args.op else None
+    unknown = sorted(set(ops or ()) - set(OPS))
+    if unknown:
+        raise SystemExit(f"multiact check: unknown op(s) {', '.join(unknown)}; valid: {', '.join(OPS)}")
+    return ops
 
 
 def write_json(dest: str, header: str, rows: Sequence[Stats]) -> None:

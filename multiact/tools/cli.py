@@ -76,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--dense", action="store_true", help="float32 sweep of the non-default parameters (2^24 points)")
     sweep.add_argument("--subset", action="store_true", help="float32 sweep of every 4096th input (the CI subset)")
     check.add_argument("--isa", help="with a sweep: the native ISA (scalar, avx2, neon; --exhaustive: a list)")
+    check.add_argument("--serve", action="store_true",
+                       help="with --subset/--dense --isa ISA: an ISA this machine cannot run, its kernels computed "
+                       "by its C harness (neon: under qemu-aarch64 -cpu max; needs aarch64-linux-gnu-gcc, "
+                       "qemu-user)")
     check.add_argument("--journal", metavar="FILE", help="with --exhaustive: append each finished job to FILE and "
                        "skip the jobs FILE already holds (resume a stopped run)")
     check.add_argument("--stride", type=int, help="with a sweep: every Nth bit pattern")

@@ -359,10 +359,7 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
     if bad:
         raise SystemExit(f"multiact check --exhaustive: ISA {', '.join(bad)} does not run here; this machine "
                          f"runs: {', '.join(runs)}")
-    ops = [o for group in args.op for o in group] if args.op else None
-    unknown = sorted(set(ops or ()) - set(OPS))
-    if unknown:
-        raise SystemExit(f"multiact check: unknown op(s) {', '.join(unknown)}; valid: {', '.join(OPS)}")
+    ops = A.selected_ops(args)
     stride = args.stride or 1
     agree = crosscheck(ops)
     far = max(agree, key=lambda t: t[3])

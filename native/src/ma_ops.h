@@ -451,48 +451,59 @@ MA_INLINE V gen_gelu_grad(V dy, V x, const ma_params *p) { /* dy * (cdf + xc * p
 }
 MA_SPLIT_BINARY(gelu_grad, x, 12.0f)
 
-/* ---- mish: x * tanh(softplus(x)), with e = e^-|x| ----
- * x >= 0: t = (1 + 2e) / D, D = 1 + 2e + 2e^2;  x < 0: t = e (e + 2) / D, D = e^2 + 2e + 2.
- * grad = t + x sigmoid(x) sech^2(softplus(x)) = t + 4 x (1 + e) e^(x >= 0 ? 2 : 1) / D^2. */
-MA_INLINE V ma_mish_t(V e, V eK, VM pos) { /* one division for both signs */
-    V num = VSEL(pos, ONE + (e + e), eK * (e + VSPLAT(2.0f)));
-    V den = VSEL(pos, ONE + (e + e) + (e * e + e * e), e * (e + VSPLAT(2.0f)) + VSPLAT(2.0f));
-    return num / den;
+/* ---- mish: x * tanh(softplus(x)), with e = e^-|x| = s (1 + em) (s a power of two, em = e^r - 1) ----
+ * x >= 0: t = (1 + 2e) / D, D = 1 + 2e + 2e^2;  grad = t + 4 x (1 + e) e^2 / D^2.
+ * x < 0: t = n / (n + 2), n = e^2 + 2e = s q with q = (2 + 2 em) + e (1 + em), so the rounding of 1 + em
+ * never enters n; grad = e A / D^2 with A = 4 (1 + x) + e (6 + 4x + 4e + e^2) and D^2 = 4 + n (n + 4), one
+ * rounding each (1 / D squared doubled D's rounding: 6 ulp at x = -10), e A taken as s (A + em A). */
+MA_INLINE V ma_mish_q(V e, V em) { return (VSPLAT(2.0f) + (em + em)) + e * (ONE + em); }
+/* x * t: for x < 0 x * n goes over the one division, nK = pK q (scaled where pK is). */
+MA_INLINE V ma_mish_xt(V x, V e, V nK, V n, VM pos) {
+    V num = VSEL(pos, ONE + (e + e), x * nK);
+    V den = VSEL(pos, ONE + (e + e) + (e * e + e * e), n + VSPLAT(2.0f));
+    V r = num / den;
+    return VSEL(pos, x * r, r);
 }
 MA_INLINE V fast_mish(V x, const ma_params *p) {
     (void)p;
-    V e = ma_exp_fast(-ma_abs(x));
-    return x * ma_mish_t(e, e, x >= ZERO);
+    V s, em = ma_exp_split(-ma_abs(x), ZERO, &s);
+    V e = (ONE + em) * s;
+    V n = s * ma_mish_q(e, em);
+    return ma_mish_xt(x, e, n, n, x >= ZERO);
 }
 MA_INLINE V gen_mish(V x, const ma_params *p) {
     (void)p;
-    V sc;
-    V eK = ma_expneg_k(-ma_abs(x), &sc);
+    V sc, em;
+    V pK = ma_expneg_k2s(-ma_abs(x), ZERO, &sc, &em);
+    V e = ((ONE + em) * pK) * sc;
     VM pos = x >= ZERO;
-    return GATED(x, ma_mish_t(eK * sc, eK, pos)) * VSEL(pos, ONE, sc);
+    V nK = pK * ma_mish_q(e, em);
+    V t = ma_mish_xt(VSEL(pos, x, ma_finite(x)), e, nK, nK * sc, pos); /* -inf * 0 stays out */
+    return VSEL(pos, t, t * sc);
 }
 MA_SPLIT_UNARY(mish, x, 80.0f)
-/* xc: x clamped to finite; e = eK * sc, scaled only where x < 0. */
-MA_INLINE V ma_mish_grad_parts(V dy, V xc, V e, V eK, VM pos) {
-    V D = VSEL(pos, ONE + (e + e) + (e * e + e * e), e * (e + VSPLAT(2.0f)) + VSPLAT(2.0f));
-    V iD = ONE / D;
-    V num = VSEL(pos, ONE + (e + e), eK * (e + VSPLAT(2.0f)));
-    V tm = num * iD;
-    V f = VSEL(pos, e * e, eK); /* scaled only where x < 0 */
-    V u = (((xc * f) * VSPLAT(4.0f)) * (ONE + e)) * (iD * iD); /* xc * f first: FLT_MAX * 0 = 0 */
-    return dy * (tm + u);
+/* xc: x clamped to [-1e5, 1e5] (e = 0 beyond, and 4 (1 + xc) stays finite); pK, em as ma_expneg_k2s gives
+ * them (pK = s in the fast body), e unscaled. */
+MA_INLINE V ma_mish_grad_parts(V dy, V xc, V e, V pK, V em, VM pos) {
+    V four = VSPLAT(4.0f);
+    V n = pK * ma_mish_q(e, em); /* used where x < 0, where pK is unscaled or e is 0 */
+    V Dp = ONE + (e + e) + (e * e + e * e);
+    V A = VFMA(e, VSPLAT(6.0f) + four * xc + four * e + e * e, four * (ONE + xc));
+    V q = VSEL(pos, ONE, VFMA(em, A, A)) / VSEL(pos, Dp, VFMA(n, n + four, four));
+    V up = (((xc * (e * e)) * four) * (ONE + e)) * (q * q); /* xc * e^2 first: 1e5 * 0 = 0 */
+    return dy * VSEL(pos, (ONE + (e + e)) * q + up, pK * q);
 }
 MA_INLINE V fast_mish_grad(V dy, V x, const ma_params *p) {
     (void)p;
-    V e = ma_exp_fast(-ma_abs(x));
-    return ma_mish_grad_parts(dy, x, e, e, x >= ZERO);
+    V s, em = ma_exp_split(-ma_abs(x), ZERO, &s);
+    return ma_mish_grad_parts(dy, x, (ONE + em) * s, s, em, x >= ZERO);
 }
 MA_INLINE V gen_mish_grad(V dy, V x, const ma_params *p) {
     (void)p;
-    V sc;
-    V eK = ma_expneg_k(-ma_abs(x), &sc);
+    V sc, em;
+    V pK = ma_expneg_k2s(-ma_abs(x), ZERO, &sc, &em);
     VM pos = x >= ZERO;
-    V g = ma_mish_grad_parts(dy, ma_finite(x), eK * sc, eK, pos);
+    V g = ma_mish_grad_parts(dy, ma_clampv(x, -1e5f, 1e5f), ((ONE + em) * pK) * sc, pK, em, pos);
     return VSEL(pos, g, g * sc);
 }
 MA_SPLIT_BINARY(mish_grad, x, 80.0f)

@@ -691,9 +691,55 @@ static int check_bias_y(const hby_t *k) {
 #define HOST_NOTE ""
 #endif
 
-int main(void) {
+/* --serve: the float32 kernels of this build for the accuracy sweeps of an ISA the host cannot run
+ * (multiact/tools/served.py; NEON under qemu-aarch64).  A request on stdin is a line "SYMBOL N A B C D" (the
+ * packed parameters as C floats, hexadecimal allowed) and then N float32 inputs, 2N for a binary kernel (dy,
+ * then x or y); the answer on stdout is the N outputs.  Ends at the end of input; exit status 1 on a symbol
+ * it lacks or a short read, with the reason on stderr. */
+static int serve(void) {
+    char sym[160];
+    size_t n, cap = 0;
+    float a, b, c, d, *in = NULL, *out = NULL;
+    while (scanf("%159s %zu %f %f %f %f", sym, &n, &a, &b, &c, &d) == 6 && getchar() == '\n') {
+        const hk_t *k = NULL;
+        for (size_t i = 0; i < sizeof HK / sizeof HK[0] && !k; i++)
+            if (HK[i].dt == DT_F32 && !strcmp(HK[i].name, sym)) k = &HK[i];
+        if (!k) {
+            fprintf(stderr, "harness --serve: no float32 kernel %s in this build\n", sym);
+            return 1;
+        }
+        size_t need = n * (size_t)(k->sig + 1);
+        if (n > cap) {
+            free(in), free(out);
+            in = malloc(2 * n * sizeof *in), out = malloc(n * sizeof *out), cap = n;
+            if (!in || !out) {
+                fprintf(stderr, "harness --serve: no memory for %zu points\n", n);
+                return 1;
+            }
+        }
+        if (fread(in, sizeof *in, need, stdin) != need) {
+            fprintf(stderr, "harness --serve: %s: short input\n", sym);
+            return 1;
+        }
+        ma_params p;
+        memset(&p, 0, sizeof p);
+        p.a = a, p.b = b, p.c = c, p.d = d;
+        if (k->sig == 0) ((un_f32)k->fn)(in, out, n, &p);
+        else ((bin_f32)k->fn)(in, in + n, out, n, &p);
+        if (fwrite(out, sizeof *out, n, stdout) != n || fflush(stdout)) return 1;
+    }
+    free(in), free(out);
+    return 0;
+}
+
+int main(int argc, char **argv) {
     if (!ma_isa_supported(HOST_ISA)) {
         printf("harness: this CPU does not run %s: %s\n", HOST_ISA, ma_isa_why(HOST_ISA));
+        return 2;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--serve")) return serve();
+    if (argc > 1) {
+        fprintf(stderr, "usage: harness [--serve]\n");
         return 2;
     }
     make_inputs();
