@@ -246,14 +246,14 @@ def table(machine: str | None = None) -> list[Kernel]:
 
 
 def split_kernels(ops_header: str | None = None) -> frozenset[str]:
-    """Kernels with a fast path: the names of ma_ops.h's top-level MA_SPLIT_UNARY / MA_SPLIT_BINARY
+    """Kernels with a fast path: the names of ma_ops.h's top-level MA_SPLIT_UNARY / MA_SPLIT_BINARY(_IF)
     lines, and both directions of each MA_GATE_OPS line (the loops test a step of vectors for it at
     once; see ma_kernels.inc)."""
     path = ops_header or os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", "ma_ops.h")
     with open(path) as f:
         text = f.read()
     gates = re.findall(r"^MA_GATE_OPS\((\w+),", text, flags=re.M)
-    split = re.findall(r"^MA_SPLIT_(?:UNARY|BINARY)\((\w+),", text, flags=re.M)
+    split = re.findall(r"^MA_SPLIT_(?:UNARY|BINARY)(?:_IF)?\((\w+),", text, flags=re.M)
     return frozenset(split + gates + [g + "_grad" for g in gates])
 
 

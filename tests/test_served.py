@@ -86,3 +86,7 @@ def test_the_cli_wants_an_isa_and_a_known_one():
         A.command(args)
     with pytest.raises(SystemExit, match="no harness command for ISA 'sparc'"):
         served.served("sparc")
+    from multiact.tools import cli
+
+    with pytest.raises(SystemExit, match="--serve goes with --subset or --dense"):
+        cli.main(["check", "--exhaustive", "--serve", "--isa", "neon"])

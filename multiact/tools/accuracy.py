@@ -332,7 +332,8 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
     from ..backends import native_backend
 
     if isinstance(target, served.ServedISA):
-        where = f", ISA {target.isa} served by `{target.command}`, HARNESS_OPT={served.opt()}"
+        where = (f", ISA {target.isa} served by `{target.command}`"
+                 + (f", HARNESS_OPT={target.opt}" if target.opt else ""))
     else:
         where = f", ISA {native_backend.info()['isa']}" if backend == "native" else ""
     stride = args.stride or (256 if args.dense else SUBSET_STRIDE)

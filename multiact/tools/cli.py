@@ -151,6 +151,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     stream = sys.stderr if args.json == "-" else sys.stdout
     bar = None if args.no_progress else (lambda it, n: progress(it, n, "multiact check"))
+    if args.serve and not (args.dense or args.subset):
+        # a served ISA runs at emulation speed (NEON's gelu under qemu: about 1M points/s): sweeps only
+        raise SystemExit("multiact check: --serve goes with --subset or --dense")
     if args.exhaustive:
         from . import exhaustive
 

@@ -1,6 +1,7 @@
 """Kernels of an ISA this machine cannot run, for the accuracy sweeps: the C harness built for that ISA
-answers requests over a pipe (native/tests/harness.c --serve), e.g. the NEON build under qemu-aarch64, while
-the reference and the judging stay on the host.  `multiact check --subset | --dense --isa neon --serve`.
+answers requests over a pipe (native/tests/harness.c --serve), e.g. the NEON build under qemu-aarch64 or the
+AVX-512 build on SIMDe's emulation, while the reference and the judging stay on the host
+(`multiact check --subset | --dense --isa neon --serve`).
 
 The harness holds every elementwise float32 kernel of its ISA (not prelu, whose kernel takes a weight
 array); the host's native table gives each kernel's C name and packed parameters, which do not depend on
@@ -19,11 +20,12 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-# How each ISA's harness is built and run here: native/tests/harness.c for that ISA, under its emulator.
-# HARNESS_OPT=-O2: the build serves millions of points (the CI harness's -O0 build computes the same bits,
-# the same IEEE semantics at any level; it is only slower).
+# How each ISA's harness is built and run here, and the build's optimisation level (HARNESS_OPT overrides it):
+# NEON cross-compiled and run under qemu-aarch64 at -O2 (the CI harness's -O0 build computes the same bits, the
+# same IEEE semantics at any level, only slower); AVX-512 on SIMDe's emulation of it (the script's -O1).
 COMMANDS = {
-    "neon": "scripts/test_native_harness.sh neon aarch64-linux-gnu-gcc qemu-aarch64 -cpu max",
+    "neon": ("scripts/test_native_harness.sh neon aarch64-linux-gnu-gcc qemu-aarch64 -cpu max", "-O2"),
+    "avx512": ("scripts/test_native_harness.sh avx512-simde gcc", None),
 }
 _servers: dict[tuple[str, str], subprocess.Popen] = {}
 
@@ -35,6 +37,7 @@ class ServedISA:
 
     isa: str
     command: str
+    opt: str | None = None  # the harness build's HARNESS_OPT (None: the script's default)
 
     @property
     def label(self) -> str:
@@ -44,7 +47,9 @@ class ServedISA:
         key = (self.isa, self.command)
         proc = _servers.get(key)
         if proc is None or proc.poll() is not None:
-            env = {"PYTHON": sys.executable, **os.environ, "HARNESS_ARGS": "--serve", "HARNESS_OPT": opt()}
+            env = {"PYTHON": sys.executable, **os.environ, "HARNESS_ARGS": "--serve"}
+            if self.opt and "HARNESS_OPT" not in os.environ:
+                env["HARNESS_OPT"] = self.opt
             proc = subprocess.Popen(shlex.split(self.command), cwd=ROOT, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, env=env)
             _servers[key] = proc
@@ -74,19 +79,15 @@ class ServedISA:
         return np.frombuffer(raw, np.float32).copy()
 
 
-def opt() -> str:
-    """The harness build's optimisation level (HARNESS_OPT; -O2 unless set)."""
-    return os.environ.get("HARNESS_OPT", "-O2")
-
-
 def served(isa: str, command: str | None = None) -> ServedISA:
     """The served ISA, by its default command (COMMANDS) unless one is given."""
+    opt = None
     if command is None:
         if isa not in COMMANDS:
             raise SystemExit(f"multiact check --serve: no harness command for ISA {isa!r} (known: "
                              f"{', '.join(COMMANDS)})")
-        command = COMMANDS[isa]
+        command, opt = COMMANDS[isa]
     if not (ROOT / "scripts" / "test_native_harness.sh").exists():
         raise SystemExit(f"multiact check --serve: the C harness builds from a source checkout ({ROOT} has no "
                          "scripts/test_native_harness.sh)")
-    return ServedISA(isa, command)
+    return ServedISA(isa, command, os.environ.get("HARNESS_OPT", opt))
