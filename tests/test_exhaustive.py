@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from multiact.tools import accuracy as A
@@ -122,3 +123,23 @@ def test_cli_runs_every_isa(capsys):
     for isa in native.info()["isas"]:
         assert f"## ISA {isa}" in text
     assert "| silu | " in text.split("## Largest error over every ISA")[1]
+
+
+def test_the_float16_table_judges_every_input_and_catches_an_ulp():
+    from multiact.backends import native_backend
+
+    from multiact.tools import half_table
+
+    isas = native_backend.info()["isas"]
+    rows = half_table.rows(["gelu", "relu6"], isas)
+    assert {r["isa"] for r in rows} == set(isas) and all(r["points"] >= 63488 for r in rows)
+    assert all(r["special_miss"] == 0 and r["max_ulp"] <= 0.51 for r in rows), rows
+    x = np.array([0.3, 1.5, 70000.0, np.inf], np.float64)
+    ref = x * 2  # 0.6, 3.0, overflow, inf
+    got = ref.astype(np.float16)
+    got[1] = np.nextafter(np.nextafter(got[1], np.float16(9)), np.float16(9))  # two ulps up
+    j = half_table._judge(x.astype(np.float16), got, ref, np.zeros(4))
+    assert j["max_ulp"] == 2.0 and j["worst_x"] == 1.5 and j["over_1"] == 1 and j["special_miss"] == 0
+    got[2] = np.float16(65504)  # an overflow must stay inf
+    assert half_table._judge(x.astype(np.float16), got, ref, np.zeros(4))["special_miss"] == 1
+    assert "| gelu | 0.5 |" in half_table.render(rows)

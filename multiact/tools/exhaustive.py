@@ -360,6 +360,12 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
         raise SystemExit(f"multiact check --exhaustive: ISA {', '.join(bad)} does not run here; this machine "
                          f"runs: {', '.join(runs)}")
     ops = A.selected_ops(args)
+    dtypes = [d for g in (args.dtype or []) for d in g]
+    if dtypes and dtypes != ["float16"] and dtypes != ["float32"]:
+        raise SystemExit("multiact check --exhaustive: --dtype float32 (every 2^32 input) or float16 (every 65,536; "
+                         "bfloat16's own exhaustive check is `multiact check --dtype bfloat16`)")
+    if dtypes == ["float16"]:
+        return _half(ops, isas, args)
     stride = args.stride or 1
     agree = crosscheck(ops)
     far = max(agree, key=lambda t: t[3])
@@ -381,3 +387,18 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
     if args.json:
         A.write_json(args.json, header, rows_)
     return 0 if all(s.passed for s in rows_) else 1
+
+
+def _half(ops: Sequence[str] | None, isas: Sequence[str], args: Any) -> int:
+    """--dtype float16: half_table over all 65,536 inputs, every ISA; the table and (--json) every row."""
+    from . import half_table, sysinfo
+
+    table = half_table.rows(ops, isas)
+    header = (f"CPU: {sysinfo.describe(sysinfo.identity())}\nmultiact check --exhaustive --dtype float16 (all 65,536 "
+              f"inputs): native, ISA {', '.join(isas)}; largest error in float16 ulps over every ISA, dy and input")
+    print(header + "\n\n" + half_table.render(table))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"header": header, "rows": table}, f, indent=1)
+            f.write("\n")
+    return 0 if not any(r["special_miss"] or r["max_ulp"] > OPS[r["op"]].tol.ulp16 for r in table) else 1
