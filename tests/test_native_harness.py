@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -86,14 +85,6 @@ def _compiler():
 def test_avx2_kernels_against_scalar():
     _run("bash", "scripts/test_native_harness.sh", "avx2", "gcc")
 
-
-
-def test_every_split_body_gets_the_split_loop():
-    """Each top-level MA_SPLIT_* line of ma_ops.h (any variant of the macro) is a split kernel to the loops:
-    one they missed runs op_<name>, fast and general body both, on every vector (mish's backward: 30% slower)."""
-    text = (ROOT / "native" / "src" / "ma_ops.h").read_text()
-    tops = set(re.findall(r"^MA_SPLIT_\w+\((\w+),", text, flags=re.M))
-    assert len(tops) > 10 and tops <= native_kernels().split_kernels(), tops - native_kernels().split_kernels()
 
 
 def test_the_sample_runs_every_signature_and_both_kinds_of_loop():
