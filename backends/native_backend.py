@@ -96,9 +96,9 @@ def supports(key: str, direction: str, dtype: str) -> bool:
     return s["ok"] and (key, direction, dtype) in s["table"]
 
 
-def kernel(key: str, direction: str, dtype: str, isa: str | None = None) -> Callable:
-    """The kernel of the chosen ISA, or of `isa` (any this machine runs: `multiact check --exhaustive`
-    judges every ISA against one reference in one pass)."""
+def entry(key: str, direction: str, dtype: str, isa: str | None = None) -> tuple:
+    """The kernel table's row (C name, symbol, signature, packed parameter names, cost) of the chosen ISA or
+    of `isa`; raises why there is none."""
     s = _load()
     if not s["ok"]:
         raise RuntimeError(f"native backend unavailable: {s['why']}")
@@ -107,6 +107,14 @@ def kernel(key: str, direction: str, dtype: str, isa: str | None = None) -> Call
     row = s["table"].get((key, direction, dtype)) if isa is None else s["by_isa"].get((key, direction, dtype, isa))
     if not row:
         raise NotImplementedError(f"native has no {key} {direction} kernel for {dtype}")
+    return row
+
+
+def kernel(key: str, direction: str, dtype: str, isa: str | None = None) -> Callable:
+    """The kernel of the chosen ISA, or of `isa` (any this machine runs: `multiact check --exhaustive`
+    judges every ISA against one reference in one pass)."""
+    s = _load()
+    row = entry(key, direction, dtype, isa)
     _, symbol, signature, _, cost = row
     if signature in ("unary", "binary"):
         return _elementwise(s, row, dtype, signature == "binary")

@@ -320,26 +320,28 @@ def crosscheck(ops: Sequence[str] | None = None, stride: int = 1 << 16) -> list[
     return out
 
 
-def summary(rows_: Sequence[A.Stats]) -> str:
-    """The README's table: per op (and kernel key) the largest error in float32 ulp over every ISA, dy and
-    input, forward / backward / from y, with the x where it was found."""
-    best: dict[tuple[str, str], dict[str, A.Stats]] = {}
-    for s in rows_:
-        label = s.op if s.case in ("defaults", "axis=0") else f"{s.op} ({s.case})"
-        d = s.direction.split()[0]
-        cell = best.setdefault((label, d), {})
-        if "s" not in cell or s.max_ulp > cell["s"].max_ulp:
-            cell["s"] = s
-    labels = list(dict.fromkeys(label for label, _ in best))
+def worst_table(rows_: Sequence[Any], fields: Callable[[Any], tuple[str, str, str, float]],
+                cell: Callable[[Any], str]) -> str:
+    """A README table: per op (and kernel key) and direction (forward / backward / from y) the row with the
+    largest error over every ISA, dy and input, shown as cell(row); fields(row) is (op, case, direction, ulp)."""
+    best: dict[tuple[str, str], Any] = {}
+    for r in rows_:
+        op, case, direction, ulp = fields(r)
+        key = (op if case in ("defaults", "axis=0") else f"{op} ({case})", direction.split()[0])
+        if key not in best or ulp > fields(best[key])[3]:
+            best[key] = r
     lines = ["| op | forward | backward | from y |", "| --- | --- | --- | --- |"]
-    for label in labels:
-        cells = []
-        for d in ("forward", "backward", "backward_y"):
-            s = best.get((label, d), {}).get("s")
-            cells.append("-" if s is None else (f"{s.max_ulp:.3g}" + (f" (x = {s.worst_x:.4g})" if s.max_ulp >= 3
-                                                                       else "") + ("" if s.passed else " FAILS")))
+    for label in dict.fromkeys(label for label, _ in best):
+        cells = [cell(best[(label, d)]) if (label, d) in best else "-" for d in ("forward", "backward", "backward_y")]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def summary(rows_: Sequence[A.Stats]) -> str:
+    """The README's table: the largest error in float32 ulp, with the x where it was found from 3 ulp up."""
+    return worst_table(rows_, lambda s: (s.op, s.case, s.direction, s.max_ulp),
+                       lambda s: f"{s.max_ulp:.3g}" + (f" (x = {s.worst_x:.4g})" if s.max_ulp >= 3 else "")
+                       + ("" if s.passed else " FAILS"))
 
 
 def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = None) -> int:

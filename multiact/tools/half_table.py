@@ -58,21 +58,20 @@ def rows(ops: Sequence[str] | None, isas: Sequence[str]) -> list[dict[str, Any]]
         case = C.case_id({a: v for a, v in params.items() if a != "weight"})
         for direction in A.directions(spec):
             ref_k = numba_backend.kernel(key, direction, "float64")
+            xs, y16 = x16, None
+            if direction == "backward_y":  # the y-form takes outputs: the forward's finite ones
+                yf = np.empty(x16.size)
+                numba_backend.kernel(key, "forward", "float64")(x16.astype(np.float64), yf, p_ref)
+                with np.errstate(all="ignore"):
+                    y16 = yf.astype(np.float16)
+                keep = np.isfinite(y16)
+                xs, y16 = x16[keep], y16[keep]
+            ax = np.abs(xs.astype(np.float64))
+            ax = np.where(np.isfinite(ax), ax, 0.0)  # no floor at +-inf, NaN (0 * inf would be NaN)
             for dyv in [None] if direction == "forward" else DY16:
-                xs, y16 = x16, None
-                if direction == "backward_y":  # the y-form takes outputs: the forward's finite ones
-                    f = numba_backend.kernel(key, "forward", "float64")
-                    yf = np.empty(x16.size)
-                    f(x16.astype(np.float64), yf, p_ref)
-                    with np.errstate(all="ignore"):
-                        y16 = yf.astype(np.float16)
-                    keep = np.isfinite(y16)
-                    xs, y16 = x16[keep], y16[keep]
                 ins16 = (xs,) if dyv is None else (np.full(xs.size, dyv), xs if y16 is None else y16)
                 ref = np.empty(xs.size)
                 ref_k(*(a.astype(np.float64) for a in ins16), ref, p_ref)
-                ax = np.abs(xs.astype(np.float64))
-                ax = np.where(np.isfinite(ax), ax, 0.0)  # no floor at +-inf, NaN (0 * inf would be NaN)
                 if dyv is None:
                     floor = spec.tol.fwd_atol * EPS16 * ax
                 else:
@@ -90,20 +89,8 @@ def rows(ops: Sequence[str] | None, isas: Sequence[str]) -> list[dict[str, Any]]
 
 def render(table: Sequence[dict[str, Any]]) -> str:
     """Per op (and kernel key) the largest error in float16 ulps over every ISA, dy and input."""
-    best: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in table:
-        label = r["op"] if r["case"] in ("defaults", "axis=0") else f"{r['op']} ({r['case']})"
-        cell = best.setdefault((label, r["direction"].split()[0]), r)
-        if r["max_ulp"] > cell["max_ulp"]:
-            best[(label, r["direction"].split()[0])] = r
-    labels = list(dict.fromkeys(label for label, _ in best))
-    lines = ["| op | forward | backward | from y |", "| --- | --- | --- | --- |"]
-    for label in labels:
-        cells = []
-        for d in ("forward", "backward", "backward_y"):
-            r = best.get((label, d))
-            cells.append("-" if r is None else f"{r['max_ulp']:.3g}" + (f" ({r['over_1']} over 1)" if r["over_1"]
-                                                                          else "")
-                         + (f", {r['special_miss']} specials missed" if r["special_miss"] else ""))
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    from .exhaustive import worst_table
+
+    return worst_table(table, lambda r: (r["op"], r["case"], r["direction"], r["max_ulp"]),
+                       lambda r: f"{r['max_ulp']:.3g}" + (f" ({r['over_1']} over 1)" if r["over_1"] else "")
+                       + (f", {r['special_miss']} specials missed" if r["special_miss"] else ""))

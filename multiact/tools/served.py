@@ -59,8 +59,7 @@ class ServedISA:
         """The ISA's float32 kernel for (key, direction) on ins (x; or dy and x, or dy and y), p validated."""
         from ..backends import native_backend
 
-        native_backend.kernel(key, direction, "float32")  # the host's table must have it (raises why not)
-        cname, _, signature, names, _ = native_backend._load()["table"][(key, direction, "float32")]
+        cname, _, signature, names, _ = native_backend.entry(key, direction, "float32")  # the host's row
         if signature not in ("unary", "binary"):
             raise NotImplementedError(f"{self.label}: the {signature} kernel {cname} is not served")
         vals = [float(np.float32(p[n])) for n in names] + [0.0] * (4 - len(names))
