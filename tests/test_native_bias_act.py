@@ -119,6 +119,52 @@ def test_flat_forward_has_the_row_paths_bits(act, layout, dtype):
             _close(y, ma.bias_act(x, b, act, scale=s, backend="numpy", **kw), dtype)
 
 
+BFLAT = [  # the backward's flat path (rows shorter than BA_FLAT_ROW_BWD, b and scale none or per channel)
+    ((40, 6, 3), 1, "c", "c"),    # short rows (inner 3): b, scale and the sums laid along the flat index
+    ((7, 5, 20), 1, "c", None),   # rows of 20: steps across row ends
+    ((30, 9), -1, "c", "c"),      # channels along short rows (inner 1, c = 9)
+    ((2, 5, 45), 1, None, None),  # neither: dx alone
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", BFLAT, ids=lambda lay: f"{lay[0]}-dim{lay[1]}-{lay[2]}-{lay[3]}")
+@pytest.mark.parametrize("act", ["relu", "silu"])
+def test_flat_backward_has_the_row_paths_bits(act, layout, dtype):
+    """The backward's flat path gives the row path's dx bits (the same sides given at x's shape take the row
+    path, whose db and dscale are then elementwise: their float64 sums are the flat path's sums), with and
+    without a clamp, at every start alignment of x and dx, and numpy's values."""
+    shape, dim, bk, sk = layout
+    n, c = int(np.prod(shape)), shape[dim]
+    view = [1] * len(shape)
+    view[dim] = c
+    axes = tuple(a for a in range(len(shape)) if a != dim % len(shape))
+    b = None if bk is None else RNG.uniform(-1, 1, c).astype(dtype)
+    s = None if sk is None else RNG.uniform(0.5, 1.5, c).astype(dtype)
+    bf = np.broadcast_to(np.float32(-0.0) if b is None else b.reshape(view), shape).astype(dtype)
+    sf = np.broadcast_to(np.float32(1.0) if s is None else s.reshape(view), shape).astype(dtype)
+    buf, obuf = RNG.standard_normal(n + 8).astype(dtype), np.empty(n + 8, dtype)
+    dy = RNG.standard_normal(shape).astype(dtype)
+    for off in (0, 1, 3, 7):
+        x, out = buf[off:off + n].reshape(shape), obuf[8 - off:8 - off + n].reshape(shape)
+        for clamp in (None, 1.0):
+            kw = {"dim": dim, "gain": 2.0, "clamp": clamp}
+            g = ma.bias_act_grad(dy, x, b, act, scale=s, backend="native", **kw)
+            g = g if isinstance(g, tuple) else (g,)
+            outs = (out, *(np.empty_like(v) for v in g[1:])) if len(g) > 1 else out
+            ma.bias_act_grad(dy, x, b, act, scale=s, out=outs, backend="native", **kw)
+            rows = ma.bias_act_grad(dy, x, bf, act, scale=sf, backend="native", **kw)
+            assert g[0].tobytes() == out.tobytes() == rows[0].tobytes()
+            if dtype == "float32":  # (float16's elementwise db is rounded before it is summed here)
+                if b is not None:
+                    _close(g[1], rows[1].astype(np.float64).sum(axis=axes), dtype)
+                if s is not None:
+                    _close(g[2], rows[2].astype(np.float64).sum(axis=axes), dtype)
+            want = ma.bias_act_grad(dy, x, b, act, scale=s, backend="numpy", **kw)
+            for got, w in zip(g, want if isinstance(want, tuple) else (want,), strict=True):
+                _close(got, w, dtype, 5e-3 if dtype == "float16" else 2e-5)
+
+
 Y_ACTS = ["linear", "relu", "leaky_relu", "sigmoid", "elu"]
 Y_LAYOUTS = [((4, 6, 40), 1, "c", None), ((5, 3, 40), -1, "c", 1.0), ((6, 5, 7), 0, "full", 1.0),
              ((2, 3, 4), 1, None, None)]
@@ -249,11 +295,13 @@ def test_default_dispatch_picks_native():
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_large_calls_with_streaming_stores(dtype):
-    """Above 8 MB the rows stream (non-temporal stores after a cached head up to the next 64-byte line):
-    rows of an odd length start at every alignment; y, dx and db as numpy's."""
+    """Above 8 MB the rows stream (non-temporal stores after a cached head up to the next 64-byte line,
+    cached stores after the last whole line): rows of an odd length start and end at every alignment;
+    y, dx and db as numpy's."""
     x = RNG.standard_normal((2, 3, 700_001)).astype(dtype)
     dy = RNG.standard_normal(x.shape).astype(dtype)
     b = RNG.standard_normal(3).astype(dtype)
     _compare(_both(x, b, "relu", dy, gain=2.0), dtype)
+    _compare(_both(x, b, "silu", dy), dtype)  # the row path's bias-only loop (no scale, gain 1, no clamp)
     xt = np.ascontiguousarray(x.reshape(-1)[: 1_400_001 * 3].reshape(1_400_001, 3))  # dim=-1: rows of 3
     _compare(_both(xt, b, "leaky_relu", np.ones_like(xt), dim=-1), dtype, tol=1e-5 if dtype == "float32" else None)

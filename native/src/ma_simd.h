@@ -71,6 +71,11 @@ typedef int32_t VM __attribute__((vector_size(32)));
 #define VLOAD(p) ((V)_mm256_loadu_ps(p))
 #define VSTORE(p, v) _mm256_storeu_ps((p), (__m256)(v))
 #define VLOAD_H(p) ((V)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p))))
+/* float32 tails: vmaskmovps reads and writes the first m lanes only (no fault past them, lanes past m
+ * read as 0, the padded copy's bits) instead of a memcpy through a buffer and a stalled reload */
+#define MA_TAILMASK32(m) _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(m)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))
+#define VLOAD_TAIL32(p, m) ((V)_mm256_maskload_ps((p), MA_TAILMASK32(m)))
+#define VSTORE_TAIL32(p, m, v) _mm256_maskstore_ps((p), MA_TAILMASK32(m), (__m256)(v))
 #define VSTORE_H(p, v) _mm_storeu_si128((__m128i *)(p), _mm256_cvtps_ph((__m256)(v), _MM_FROUND_TO_NEAREST_INT))
 /* bfloat16: 8 halves zero-extended and shifted up; stores keep the high halves of ma_bf_hi (vpshufb picks
  * bytes 2-3 of each lane, vpermq joins the two 128-bit lanes) */
