@@ -1,6 +1,6 @@
 """The gated family and bias_act against their unfused PyTorch equivalents, in one run.
 
-    python benchmarks/bench_composite.py [--threads 1,2] [--quick] [--json F]
+    python benchmarks/bench_composite.py [--threads 1,2] [--quick] [--samples N] [--json F]
 
 Rows (float32 and float16, out= preallocated, implementations interleaved by
 `multiact.tools.bench.time_interleaved`, medians of the samples, ratios in one run):
@@ -9,9 +9,10 @@ Rows (float32 and float16, out= preallocated, implementations interleaved by
   and `ma.silu(a_contiguous, out=y)` with a read of b (the three streams the fused op moves);
 - swiglu forward + backward against torch autograd of `F.silu(a) * b` (backward into preallocated
   grads where multiact can: `ma.swiglu_grad(dy, x, out=dx)`);
-- bias_act forward (relu, leaky_relu, gelu, gelu tanh, silu, sigmoid) at 16M, NCHW (dim=1, H*W = 64*64)
-  and transformer (dim=-1, hidden 4096) shapes, against `ma.<act>(x)` alone, and forward + backward
-  (dx and db) against torch's `F.<act>(x + b.view(...))` with autograd.
+- bias_act forward (relu, leaky_relu, gelu, gelu tanh, silu, sigmoid) at 16M, NCHW (dim=1, H*W = 64*64),
+  transformer (dim=-1, hidden 4096) and short-row (dim=1, H*W = 2*2) shapes, against `ma.<act>(x)` alone
+  (printed as bias_act's time over the activation's), and forward + backward (dx and db) against torch's
+  `F.<act>(x + b.view(...))` with autograd (printed as torch's time over multiact's).
 Prints the CPU first, as every figure of this project must.
 """
 
@@ -43,6 +44,7 @@ def _torch():
 
 
 _TORCH_ACT = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
+SAMPLES = 5  # samples per implementation in the bias_act rows (--samples)
 
 
 def gated_rows(shape, dtype, threads, backends, quick):
@@ -94,7 +96,7 @@ def _gated_op(op, x, y, d, dtype, threads, backends, torch, F, rng, shape):  # n
           for b in backends if ma.registry.module(b).supports("gated:silu", "backward", np.dtype(dtype).name)}
     fb["torch autograd silu(a)*b"] = torch_fb
     names = list(fb)
-    times = time_interleaved([fb[n] for n in names], samples=5, budget_s=6.0)
+    times = time_interleaved([fb[n] for n in names], samples=SAMPLES, budget_s=6.0)
     base = times[-1]
     for n, t in zip(names, times, strict=True):
         rows.append({"case": f"swiglu fwd+bwd {shape} {np.dtype(dtype).name} t={threads}", "impl": n,
@@ -129,11 +131,11 @@ def _bias_one(act, kw, x, b, y, shape, dim, dtype, threads, backends, torch, F, 
     f = getattr(ma, act)
     impls[f"ma.{label}(x) alone"] = lambda: f(x, out=y, **kw)
     names = list(impls)
-    times = time_interleaved([impls[n] for n in names], samples=5, budget_s=5.0)
+    times = time_interleaved([impls[n] for n in names], samples=SAMPLES, budget_s=5.0)
     alone = times[-1]
     for n, t in zip(names, times, strict=True):
         rows.append({"case": f"bias_act {label} fwd {shape} dim={dim} {np.dtype(dtype).name} t={threads}",
-                     "impl": n, "ms": _med(t) * 1e3, "vs_act_alone": _med(alone) / _med(t)})
+                     "impl": n, "ms": _med(t) * 1e3, "x_act_alone": _med(t) / _med(alone)})
     if torch is None:
         return rows
     dy = rng.standard_normal(shape).astype(dtype)
@@ -153,7 +155,7 @@ def _bias_one(act, kw, x, b, y, shape, dim, dtype, threads, backends, torch, F, 
         for be in backends if ma.registry.module(be).supports(key, "backward", np.dtype(dtype).name)}
     fb["torch autograd act(x + b)"] = torch_fb
     names = list(fb)
-    times = time_interleaved([fb[n] for n in names], samples=5, budget_s=6.0)
+    times = time_interleaved([fb[n] for n in names], samples=SAMPLES, budget_s=6.0)
     base = times[-1]
     for n, t in zip(names, times, strict=True):
         rows.append({"case": f"bias_act {label} fwd+bwd {shape} dim={dim} {np.dtype(dtype).name} t={threads}",
@@ -162,13 +164,16 @@ def _bias_one(act, kw, x, b, y, shape, dim, dtype, threads, backends, torch, F, 
 
 
 def main(argv=None) -> int:
+    global SAMPLES
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--quick", action="store_true", help="swiglu and relu/leaky_relu only, float32")
     ap.add_argument("--json")
     ap.add_argument("--only", choices=("gated", "bias_act"), default=None)
     ap.add_argument("--backends", help="comma-separated multiact backends to time (default: every host backend)")
+    ap.add_argument("--samples", type=int, default=SAMPLES, help="samples per implementation (bias_act rows)")
     args = ap.parse_args(argv)
+    SAMPLES = args.samples
     torch, _ = _torch()
     backends, _ = host_backends(args.backends.split(",") if args.backends else None)
     cpu = sysinfo.cpu()
@@ -185,7 +190,7 @@ def main(argv=None) -> int:
                 for shape in shapes:
                     rows += gated_rows(shape, dtype, threads, backends, args.quick)
             if args.only in (None, "bias_act"):
-                for shape, dim in (((64, 64, 64, 64), 1), ((4096, 4096), -1)):
+                for shape, dim in (((64, 64, 64, 64), 1), ((4096, 4096), -1), ((65536, 64, 2, 2), 1)):
                     rows += bias_rows(shape, dim, dtype, threads, backends, args.quick)
     width = max(len(r["impl"]) for r in rows)
     case = None
@@ -193,8 +198,8 @@ def main(argv=None) -> int:
         if r["case"] != case:
             case = r["case"]
             print(f"\n{case}")
-        ratio = r.get("vs_torch", r.get("vs_act_alone"))
-        what = "vs torch" if "vs_torch" in r else "vs act alone"
+        ratio = r.get("vs_torch", r.get("x_act_alone"))
+        what = "vs torch" if "vs_torch" in r else "time / act alone"
         print(f"  {r['impl']:<{width}}  {r['ms']:9.3f} ms" + ("" if ratio is None else f"  {what} {ratio:5.2f}x"))
     if args.json:
         with open(args.json, "w") as f:

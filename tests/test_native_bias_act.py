@@ -165,6 +165,34 @@ def test_flat_backward_has_the_row_paths_bits(act, layout, dtype):
                 _close(got, w, dtype, 5e-3 if dtype == "float16" else 2e-5)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape,dim", [((40, 6, 3), 1), ((7, 5, 20), 1), ((30, 9), -1)])
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+def test_flat_backward_y_has_the_row_paths_bits(act, shape, dim, dtype):
+    """The y= backward's flat path (short rows): the row path's dx bits (a full-shape b takes the row path) and
+    its db as the float64 sums of that path's elementwise db, at every start alignment of y and dx."""
+    n, c = int(np.prod(shape)), shape[dim]
+    view = [1] * len(shape)
+    view[dim] = c
+    axes = tuple(a for a in range(len(shape)) if a != dim % len(shape))
+    b = RNG.uniform(-1, 1, c).astype(dtype)
+    bf = np.broadcast_to(b.reshape(view), shape).astype(dtype)
+    dy = RNG.standard_normal(shape).astype(dtype)
+    buf, obuf = np.empty(n + 8, dtype), np.empty(n + 8, dtype)
+    for off in (0, 1, 3, 7):
+        y, out = buf[off:off + n].reshape(shape), obuf[8 - off:8 - off + n].reshape(shape)
+        y[...] = ma.bias_act(RNG.standard_normal(shape).astype(dtype), b, act, dim=dim, gain=2.0)
+        for clamp in (None, 1.0):
+            kw = {"dim": dim, "gain": 2.0, "clamp": clamp, "y": y}
+            dx, db = ma.bias_act_grad(dy, None, b, act, out=(out, np.empty_like(b)), backend="native", **kw)
+            rows = ma.bias_act_grad(dy, None, bf, act, backend="native", **kw)
+            assert dx.tobytes() == rows[0].tobytes()
+            if dtype == "float32":
+                _close(db, rows[1].astype(np.float64).sum(axis=axes), dtype)
+            _close(db, ma.bias_act_grad(dy, None, b, act, backend="numpy", **kw)[1], dtype,
+                   5e-3 if dtype == "float16" else 2e-5)
+
+
 Y_ACTS = ["linear", "relu", "leaky_relu", "sigmoid", "elu"]
 Y_LAYOUTS = [((4, 6, 40), 1, "c", None), ((5, 3, 40), -1, "c", 1.0), ((6, 5, 7), 0, "full", 1.0),
              ((2, 3, 4), 1, None, None)]
