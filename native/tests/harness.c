@@ -495,15 +495,17 @@ typedef void (*bfwd_f16)(const uint16_t *, const uint16_t *, const uint16_t *, u
 typedef int (*bbwd_f16)(const uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, uint16_t *,
                         uint16_t *, uint16_t *, double *, const ma_bshape *, const ma_params *);
 /* BL_ROWS2, BL_VEC2: no scale and rows of more than a step of any ISA (the forward's flat path: steps across
- * row ends, the row's b from a window or an extended copy; layout 3's b also none) */
-enum { BL_ROWS, BL_VEC, BL_FULL, BL_ROWS2, BL_VEC2, BL_N };
+ * row ends, the row's b from a window or an extended copy; layout 3's b also none).  Rows shorter than
+ * BA_FLAT_ROW_BWD take the backward's flat path too.  BL_LONG: rows past both thresholds (the row paths),
+ * no scale and gain 1 (the forward's bias-only loop; with the clamp, its general loop). */
+enum { BL_ROWS, BL_VEC, BL_FULL, BL_ROWS2, BL_VEC2, BL_LONG, BL_N };
 /* the layouts with sums read X and DY from element 100 on, past the specials, so that the sums are finite
  * and checked (the full-shape layout, without sums, takes the specials) */
 #define BL_OFF(lay) ((lay) == BL_FULL ? 0 : 100)
 #define BC_MAX 70
 static float BB[N], BS[N];
 
-static const size_t BSHAPES[BL_N][3] = {{3, 5, 37}, {30, 40, 1}, {2, 7, 45}, {2, 3, 203}, {15, BC_MAX, 1}};
+static const size_t BSHAPES[BL_N][3] = {{3, 5, 37}, {30, 40, 1}, {2, 7, 45}, {2, 3, 203}, {15, BC_MAX, 1}, {1, 4, 317}};
 #define BL_SIZE(lay) (BSHAPES[lay][0] * BSHAPES[lay][1] * BSHAPES[lay][2])
 /* One forward and backward of fw, bw (dtype dt) on the first o*c*i elements of X, DY (and BB, BS), each
  * rounded to qdt first; y, dx, db (full) and the sums out. */
@@ -512,8 +514,8 @@ static void bias_call(const hb_t *k, void *fw, void *bw, int dt, int qdt, int la
     const size_t o = BSHAPES[lay][0], c = BSHAPES[lay][1], in = BSHAPES[lay][2], n = o * c * in;
     int full = lay == BL_FULL;
     ma_bshape s = {o, c, in, full ? 2 : 1, full || lay >= BL_ROWS2 ? 0 : 1, 1, nthreads};
-    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, INFINITY, 0.0f, 1.5f,
-                   lim ? 2.0f : INFINITY};
+    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, INFINITY, 0.0f,
+                   lay == BL_LONG ? 1.0f : 1.5f, lim ? 2.0f : INFINITY};
     if (dt == DT_F32) {
         static float fx[N], fd[N], fb[N], fs[N], fy[N], fdx[N], fdb[N];
         for (size_t e = 0; e + BL_OFF(lay) < N; e++) fx[e] = q(qdt, X[e + BL_OFF(lay)]), fd[e] = q(qdt, DY[e + BL_OFF(lay)]);
@@ -625,8 +627,8 @@ static void bias_ycall(const hby_t *k, void *bw, int lay, int lim, float *dx, fl
     const size_t o = BSHAPES[lay][0], c = BSHAPES[lay][1], in = BSHAPES[lay][2], n = o * c * in;
     int full = lay == BL_FULL;
     ma_bshape s = {o, c, in, full ? 2 : 1, 0, 1, 1}, sy = {o, c, in, 0, 0, 1, 1};
-    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, INFINITY, 0.0f, 1.5f,
-                   lim ? 2.0f : INFINITY};
+    ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], 0, INFINITY, 0.0f,
+                   lay == BL_LONG ? 1.0f : 1.5f, lim ? 2.0f : INFINITY};
     if (k->dt == DT_F32) {
         static float fx[N], fd[N], fb[N], fy[N], fdx[N], fdb[N];
         for (size_t e = 0; e + BL_OFF(lay) < N; e++) fx[e] = X[e + BL_OFF(lay)], fd[e] = DY[e + BL_OFF(lay)];
@@ -649,7 +651,7 @@ static int check_bias_y(const hby_t *k) {
     double s0[2 * BC_MAX], s1[2 * BC_MAX];
     int bad = 0;
     hg_t g = {k->name, k->dt, 0, 0, 0, 0, 0, 0, 0, 0, {0}, k->ulp, 0, 0};
-    static const int lays[] = {BL_ROWS, BL_VEC, BL_FULL, BL_ROWS2};
+    static const int lays[] = {BL_ROWS, BL_VEC, BL_FULL, BL_ROWS2, BL_LONG};
     for (size_t li = 0; li < sizeof lays / sizeof lays[0]; li++)
         for (int lim = 0; lim < 2; lim++) {
             int lay = lays[li];
