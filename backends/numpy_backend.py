@@ -77,14 +77,28 @@ def _scalar_params(op: str, p: dict) -> dict:
     return {k: v for k, v in p.items() if k not in ("weight", "axis")}
 
 
+def _svml32() -> bool:
+    """Whether NumPy's float32 exp, tanh, log... run SVML's AVX-512 code (CPUs with AVX512_SKX: Xeon, Zen 4):
+    less accurate than its AVX2 code, tanh's backward 6.6 ulp (4e / (1 + e)^2 near x = 3.5, Zen 4), over the
+    contract's 4; there every smooth op's float32 blocks go through float64."""
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_features__
+    return bool(__cpu_features__.get("AVX512_SKX"))
+
+
+_SVML32 = _svml32()
+
+
 def _wide32(spec) -> bool:
     """Whether float32 blocks of the op are evaluated in float64 (and rounded once): the x * gate(x) ops (their
     derivative crosses zero away from a kink: Tolerance.bwd_atol) and those with a scaled exponential argument
     (Tolerance.cond: celu's x / alpha, softplus's beta * x), whose float32 formulas round that argument before
     the exponential and cancel in the tails: up to ~180 ulp off (gelu near x = -12, celu alpha=0.3 62, issue 19).
     The other smooth ops are within 4 ulp in float32 (benchmarks/results/accuracy-f32-subset-numpy.txt) and
-    1.1-4.7x slower in float64, so stay there."""
-    return not spec.exact and (spec.tol.bwd_atol > 0 or spec.tol.cond is not None)
+    1.1-4.7x slower in float64, so stay there, except where NumPy's float32 math is SVML's (`_svml32`)."""
+    return not spec.exact and (_SVML32 or spec.tol.bwd_atol > 0 or spec.tol.cond is not None)
 
 
 def _elementwise(op: str, fn: Callable, n_in: int, wide32: bool = False) -> Callable:

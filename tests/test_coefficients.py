@@ -58,15 +58,40 @@ def test_generated_files_carry_the_current_scripts_stamp(gen):
         pytest.fail(f"native/fit_coefficients.py changed since {', '.join(stale)} were written: {REGEN}\n{diff[:6000]}")
 
 
+_BITS = re.compile(r"^(?:#define )?(\w+)\b.*\b0x([0-9a-f]{8}|[0-9a-f]{16})\b")
+
+
+def _units_apart(line: str, disk: set[str]) -> int | None:
+    """How many units in the last place a fitted value's line is from the disk's line of the same name."""
+    m = _BITS.match(line)
+    if not m:
+        return None
+    for other in disk:
+        o = _BITS.match(other)
+        if o and o.group(1) == m.group(1) and len(o.group(2)) == len(m.group(2)):
+            return abs(int(m.group(2), 16) - int(o.group(2), 16))
+    return None
+
+
 def test_every_fit_reproduces_the_bits_on_disk(gen):
+    """Bit for bit, or one unit in the last place: the fit's float64 least squares runs in the BLAS that NumPy
+    ships, whose kernels differ by CPU (OpenBLAS's AVX-512 ones on Zen 4 put one float32 coefficient on the
+    other side of its rounding: MA_ERFC_G12, 0xb6628290 on disk from Zen 1/3, 0xb6628291 there)."""
     disk = {rel: set(text.splitlines()) for rel, text in _disk(gen).items()}
-    missing, fitted = [], 0
+    missing, fitted, near = [], 0, 0
     for t, values, _note in gen.fitted_values():
         rel = gen.C_HEADER if t.lib == "native" else gen.PY_MODULE
         fitted += t.fitted
-        missing += [f"{rel}: {line}" for line in gen.value_lines(t, values) if line not in disk[rel]]
+        for line in gen.value_lines(t, values):
+            if line in disk[rel]:
+                continue
+            if _units_apart(line, disk[rel]) == 1:
+                near += 1
+            else:
+                missing.append(f"{rel}: {line}")
     assert fitted >= 7
     assert not missing, "a fit here gives other values than the files hold:\n" + "\n".join(missing)
+    assert near <= 2, f"{near} fitted values one unit off the files': {REGEN}"
 
 
 def test_numba_math_takes_its_tables_from_the_generated_module():
