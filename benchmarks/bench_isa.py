@@ -19,30 +19,15 @@ import statistics
 import time
 
 import numpy as np
+from bench_bf16_native import _params  # every op at its defaults (prelu: one weight)
 
-from multiact import consistency as C
 from multiact import registry, set_num_threads
 from multiact.dtypes import f32_bits_to_bf16
 from multiact.optable import OPS
+from multiact.tools.bench import parse_size
+from multiact.tools.sysinfo import cpu
 
 DIRECTIONS = ("forward", "backward", "backward_y")
-
-
-def _cpu() -> str:
-    from multiact.tools.sysinfo import cpu
-
-    return cpu()["summary"]
-
-
-def _size(s: str) -> int:
-    mult = {"K": 1 << 10, "M": 1 << 20}
-    return int(s[:-1]) * mult[s[-1]] if s[-1] in mult else int(s)
-
-
-def _params(op: str) -> dict:
-    if op == "prelu":
-        return {"weight": np.array([0.25], np.float32), "axis": 0}
-    return OPS[op].validate(C.param_cases(OPS[op])[0])
 
 
 def _arrays(n: int, dtype: str, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -80,14 +65,14 @@ def main() -> None:
         raise SystemExit(f"bench_isa: this machine runs only {info['isas']}; nothing to compare")
     others = [i for i in isas if i != base]
     isas = [base] + others
-    print(f"# CPU: {_cpu()}; ISAs {', '.join(isas)} (chosen: {info['isa']}); 1 thread, {a.rounds} rounds "
+    print(f"# CPU: {cpu()['summary']}; ISAs {', '.join(isas)} (chosen: {info['isa']}); 1 thread, {a.rounds} rounds "
           f"interleaved; load average before: {os.getloadavg()}")
     head = "".join(f" {i + ' ns/el':>12}" for i in isas) + "".join(f" {o + '/' + base:>12} {'per round':>9}"
                                                                    for o in others)
     print(f"{'op':<11} {'dir':<10} {'dtype':<8} {'size':>5}{head}", flush=True)
     rng = np.random.default_rng(0)
     for size in a.sizes.split(","):
-        n = _size(size)
+        n = parse_size(size)
         for dtype in a.dtypes.split(","):
             arr = _arrays(n, dtype, rng)
             ops = a.ops.split(",") if a.ops else [o for o in OPS if nb.supports(OPS[o].kernel_key(_params(o)),
