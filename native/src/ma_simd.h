@@ -173,9 +173,23 @@ typedef float V __attribute__((vector_size(64)));
 typedef uint32_t VI __attribute__((vector_size(64)));
 typedef int32_t VM __attribute__((vector_size(64)));
 #define VSPLAT(c) ((V)MM512(set1_ps)((float)(c)))
-#define VLOAD(p) ((V)MM512(loadu_ps)(p))
+/* Whole-vector loads are opaque to the optimiser: otherwise GCC folds a load whose value is only used
+ * under a select (relu's grad: x > 0 ? dy : 0) into a masked load, which on Zen 5 ran relu backward at
+ * 0.43x avx2 at 16M (streaming) and 0.78x in cache; loaded and then selected it is at avx2's speed.
+ * SIMDe's build (16-lane vectors in AVX2 registers) has no such fold and no 64-byte register to pin. */
+#if defined(MA_SIMDE)
+#define MA_OPAQUE(v) (v)
+#else
+#define MA_OPAQUE(v)                  \
+    ({                                \
+        V o_ = (v);                   \
+        __asm__("" : "+v"(o_));       \
+        o_;                           \
+    })
+#endif
+#define VLOAD(p) MA_OPAQUE((V)MM512(loadu_ps)(p))
 #define VSTORE(p, v) MM512(storeu_ps)((p), (M512)(v))
-#define VLOAD_H(p) ((V)MM512(cvtph_ps)(MM256(loadu_si256)((const M256I *)(p))))
+#define VLOAD_H(p) MA_OPAQUE((V)MM512(cvtph_ps)(MM256(loadu_si256)((const M256I *)(p))))
 #define VSTORE_H(p, v) MM256(storeu_si256)((M256I *)(p), MA_CVTPS_PH((M512)(v)))
 /* the first m lanes (0 < m <= W) */
 #define MA_TAILMASK(m) ((MMASK16)((1u << (m)) - 1u))
@@ -189,14 +203,21 @@ typedef int32_t VM __attribute__((vector_size(64)));
  * own for the run-time check; the integer sequence gives ma_f2bf's bits on every AVX-512 CPU. */
 #define MA_WIDEN_B(h) ((V)MM512(slli_epi32)(MM512(cvtepu16_epi32)(h), 16))
 #define MA_BF_NARROW(t) MA_CVTEPI32_EPI16(MM512(srli_epi32)((M512I)(t), 16))
-#define VLOAD_B(p) MA_WIDEN_B(MM256(loadu_si256)((const M256I *)(p)))
+#define VLOAD_B(p) MA_OPAQUE(MA_WIDEN_B(MM256(loadu_si256)((const M256I *)(p))))
 #define VSTORE_B(p, v) MM256(storeu_si256)((M256I *)(p), MA_BF_NARROW(ma_bf_hi(v)))
 #define VLOAD_TAIL_B(p, m) MA_WIDEN_B(MA_MASKZ_LOADU_EPI16(MA_TAILMASK(m), (p)))
 #define VSTORE_TAIL_B(p, m, v) MA_MASK_STOREU_EPI16((p), MA_TAILMASK(m), MA_BF_NARROW(ma_bf_hi(v)))
 #define VFMA(a, b, c) ((V)MM512(fmadd_ps)((M512)(a), (M512)(b), (M512)(c)))
-/* a mask lane's sign bit picks, as blendv does for avx2 */
+/* a mask lane's sign bit picks, as blendv does for avx2.  Written with vector operators, not as
+ * mask_blend(movepi32_mask(m)): GCC then keeps a compare's result in a k register and blends (or masks
+ * the operation) with it, where the intrinsic form made it widen every compare to a vector and narrow it
+ * back (vmovdqa32{z} + vpmovd2m per select, 74 in gelu's loop). */
 #define MA_KMASK(m) MM512(movepi32_mask)((M512I)(m))
-#define VSEL(m, a, b) ((V)MM512(mask_blend_ps)(MA_KMASK(m), (M512)(b), (M512)(a)))
+static inline __attribute__((always_inline)) V ma_vsel(VM m, V a, V b) {
+    VM k = m < 0;
+    return (V)((k & (VM)a) | (~k & (VM)b));
+}
+#define VSEL(m, a, b) ma_vsel((VM)(m), (V)(a), (V)(b))
 #define VGT_SEL(a, b) ((V)MM512(max_ps)((M512)(a), (M512)(b)))
 #define VLT_SEL(a, b) ((V)MM512(min_ps)((M512)(a), (M512)(b)))
 /* non-temporal stores: f32 needs 64-byte, f16 32-byte aligned addresses */
