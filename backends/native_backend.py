@@ -71,7 +71,8 @@ def _load() -> dict[str, Any]:
             if row_isa == isa:
                 table[(key, direction, dtype)] = by_isa[(key, direction, dtype, row_isa)]
     skipped = "".join(f"; {name} not run here: {why}" for name, why in not_run.items())
-    _state.update(ok=True, why=f"C kernels, {isa}" + (" (forced)" if forced else "") + skipped, lib=lib, ffi=ffi,
+    cvt = " (bfloat16 stores: vcvtneps2bf16)" if isa == "avx512" and lib.ma_get_bf16_cvt() else ""
+    _state.update(ok=True, why=f"C kernels, {isa}" + cvt + (" (forced)" if forced else "") + skipped, lib=lib, ffi=ffi,
                   isa=isa, isas=runs, not_run=not_run, table=table, by_isa=by_isa)
     return _state
 
@@ -88,7 +89,19 @@ def info() -> dict:
     from multiact import get_num_threads
 
     return {"isa": s["isa"], "isas": s["isas"], "isas_not_run": s["not_run"], "thread_pool": "pthreads",
-            "threads": get_num_threads(), "parallel_min": int(s["lib"].ma_get_parallel_min())}
+            "threads": get_num_threads(), "parallel_min": int(s["lib"].ma_get_parallel_min()),
+            "bf16_store": bf16_store()}
+
+
+def bf16_store() -> str:
+    """How the chosen ISA's bfloat16 kernels round their results: the same bits either way (ma_simd.h)."""
+    s = _load()
+    lib, ffi = s["lib"], s["ffi"]
+    if s["isa"] == "avx512" and lib.ma_get_bf16_cvt():
+        return "vcvtneps2bf16 (AVX512_BF16), subnormal lanes by the integer sequence"
+    why = ffi.string(lib.ma_bf16_cvt_why()).decode()
+    return "integer round-to-nearest-even sequence" + (f" (vcvtneps2bf16 not used: {why})" if s["isa"] == "avx512"
+                                                       else "")
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:

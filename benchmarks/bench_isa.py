@@ -5,9 +5,11 @@ Issue 20's floor: avx512 at least 1.6x avx2 in cache (64K) on gelu, silu, sigmoi
 kernels of every ISA the CPU runs are in the one extension (`native_backend.kernel(..., isa=)`), so the
 variants alternate within a round (rotated order) on the same arrays; a sample times enough calls to last
 about 2 ms.  Printed: the median time per element of each ISA, the ratio of medians against the first
-ISA given (--base), and the median of the per-round ratios, with the CPU and the load.
+ISA given (--base), and the median of the per-round ratios, with the CPU and the load.  A variant
+`avx512-int` is avx512 with its bfloat16 stores by the integer sequence instead of vcvtneps2bf16 (where the
+CPU has AVX512_BF16; the same bits), to time that choice.
 
-usage: python benchmarks/bench_isa.py [--isas avx2,avx512] [--sizes 64K,16M] [--dtypes float32]
+usage: python benchmarks/bench_isa.py [--isas avx2,avx512[,avx512-int]] [--sizes 64K,16M] [--dtypes float32]
                                       [--ops gelu,silu,...] [--directions forward,backward] [--rounds 15]
 """
 
@@ -60,12 +62,18 @@ def main() -> None:
     nb = registry.module("native")
     info = nb.info()
     isas = a.isas.split(",") if a.isas else [i for i in info["isas"] if i != "scalar"]
+    lib = nb._load()["lib"]
+    cvt_default = lib.ma_get_bf16_cvt()
+    if "avx512-int" in isas and not cvt_default:
+        raise SystemExit("bench_isa: avx512's bfloat16 stores already use the integer sequence here: "
+                         + nb.bf16_store())
     base = a.base or ("avx2" if "avx2" in isas else isas[0])
     if len(isas) < 2:
         raise SystemExit(f"bench_isa: this machine runs only {info['isas']}; nothing to compare")
     others = [i for i in isas if i != base]
     isas = [base] + others
-    print(f"# CPU: {cpu()['summary']}; ISAs {', '.join(isas)} (chosen: {info['isa']}); 1 thread, {a.rounds} rounds "
+    print(f"# CPU: {cpu()['summary']}; ISAs {', '.join(isas)} (chosen: {info['isa']}; bfloat16 stores: "
+          f"{info['bf16_store']}); 1 thread, {a.rounds} rounds "
           f"interleaved; load average before: {os.getloadavg()}")
     head = "".join(f" {i + ' ns/el':>12}" for i in isas) + "".join(f" {o + '/' + base:>12} {'per round':>9}"
                                                                    for o in others)
@@ -89,14 +97,16 @@ def main() -> None:
                     ins = tuple(arr[k] for k in names)
                     calls = {}
                     for isa in isas:
-                        k = nb.kernel(key, direction, dtype, isa=isa)
+                        k = nb.kernel(key, direction, dtype, isa=isa.removesuffix("-int"))
                         calls[isa] = (lambda k=k, a_=ins + (arr["out"],), p=p: k(*a_, p))
                     t1 = _time(calls[base], 3)
                     reps = max(1, int(2e-3 / max(t1, 1e-9)))
                     times: dict[str, list[float]] = {i: [] for i in isas}
                     for r in range(a.rounds):
                         for isa in isas[r % len(isas):] + isas[:r % len(isas)]:
+                            lib.ma_set_bf16_cvt(cvt_default and not isa.endswith("-int"))
                             times[isa].append(_time(calls[isa], reps))
+                    lib.ma_set_bf16_cvt(cvt_default)
                     med = {i: statistics.median(v) for i, v in times.items()}
                     cols = "".join(f" {med[i] / n * 1e9:12.3f}" for i in isas)
                     for o in others:

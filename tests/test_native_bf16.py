@@ -31,6 +31,20 @@ lib, ffi = native.lib, native.ffi
 
 K = native_kernels()
 ISAS = [isa for isa in K.isas() if lib.ma_isa_supported(isa.encode())]
+# avx512's stores narrow with vcvtneps2bf16 where the CPU has AVX512_BF16, else with integer operations: every
+# test of this file runs with each way this machine has
+CVT_WHY = ffi.string(lib.ma_bf16_cvt_why()).decode()
+STORES = ["integer"] + (["vcvtneps2bf16"] if lib.ma_bf16_cvt_check(0, 0, ffi.NULL) != int(ffi.cast("size_t", -1)) else [])
+
+
+@pytest.fixture(autouse=True, params=STORES)
+def bf16_store(request):
+    before = lib.ma_get_bf16_cvt()
+    on = request.param == "vcvtneps2bf16"
+    if lib.ma_set_bf16_cvt(on) != on:
+        pytest.skip(f"vcvtneps2bf16 is not used here: {CVT_WHY}")
+    yield request.param
+    lib.ma_set_bf16_cvt(before)
 ALL = np.arange(1 << 16, dtype=np.uint16)
 # every pattern, then 13 more: a tail after the vector steps, and misaligned by one element from the start
 BITS = np.concatenate([ALL, ALL[12345:12358]])

@@ -87,5 +87,19 @@ void ma_f32_to_f16(const float *f, uint16_t *h, size_t n);
 /* bfloat16: the scalar rule every ISA's kernels follow (ma_half.h: shift up; round to nearest even) */
 void ma_bf16_to_f32(const uint16_t *h, float *f, size_t n);
 void ma_f32_to_bf16(const float *f, uint16_t *h, size_t n);
+/* The avx512 kernels' bfloat16 stores: AVX512_BF16's vcvtneps2bf16 where this machine has it (its subnormal
+ * lanes patched, so that the bits stay ma_f32_to_bf16's), else integer operations.  Why vcvtneps2bf16 is not
+ * used ("" when it is allowed: the CPU has it, the avx512 unit was built with it, MULTIACT_NATIVE_BF16_CVT is
+ * not 0): */
+const char *ma_bf16_cvt_why(void);
+/* Use it (1, where allowed) or not (0), between calls only: the state in force after the call. */
+int ma_set_bf16_cvt(int on);
+int ma_get_bf16_cvt(void);
+/* The float32 patterns lo..hi (the whole blocks of 16 that hold them) narrowed by vcvtneps2bf16 as the
+ * kernels do and by the integer sequence: how many differ, the first in *first; (size_t)-1 where the CPU
+ * or the build has no vcvtneps2bf16 (MULTIACT_NATIVE_BF16_CVT does not matter here). */
+size_t ma_bf16_cvt_check(uint32_t lo, uint32_t hi, uint32_t *first);
+/* Called at load by an avx512 unit built with vcvtneps2bf16, with its check. */
+void ma_bf16_cvt_register(size_t (*check)(uint32_t lo, uint32_t hi, uint32_t *first));
 
 #endif

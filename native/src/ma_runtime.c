@@ -1,6 +1,7 @@
 /* Runtime pieces shared by every ISA: CPU feature tests, the threaded drivers, half and bfloat16
  * conversions. */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ma_half.h"
@@ -55,6 +56,49 @@ static const char *x86_avx512_why(void) {
     return ma_x86_avx512_why(c1, b7, xcr0);
 }
 #endif
+
+/* vcvtneps2bf16 in the avx512 bfloat16 stores (ma_simd.h ma_bf_pack reads ma_bf16_cvt_on). */
+int ma_bf16_cvt_on = 0;
+static size_t (*bf16_cvt_check)(uint32_t, uint32_t, uint32_t *);
+
+static const char *bf16_cvt_hw_why(void) {
+    if (!bf16_cvt_check)
+        return "this build's avx512 kernels have no vcvtneps2bf16 (no avx512 column, a SIMDe build, or a compiler "
+               "without AVX512_BF16)";
+#if defined(__x86_64__)
+    const char *why = x86_avx512_why();
+    unsigned a = 0, b, c, d;
+    if (*why) return why;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a >> 5 & 1u))
+        return "the CPU has no AVX512_BF16 (CPUID leaf 7 subleaf 1 EAX)";
+    return "";
+#else
+    return "not an x86-64 CPU";
+#endif
+}
+
+const char *ma_bf16_cvt_why(void) {
+    const char *why = bf16_cvt_hw_why(), *env = getenv("MULTIACT_NATIVE_BF16_CVT");
+    if (*why) return why;
+    if (env && strcmp(env, "0") == 0) return "MULTIACT_NATIVE_BF16_CVT=0 asks for the integer sequence";
+    return "";
+}
+
+int ma_set_bf16_cvt(int on) {
+    ma_bf16_cvt_on = on && ma_bf16_cvt_why()[0] == '\0';
+    return ma_bf16_cvt_on;
+}
+
+int ma_get_bf16_cvt(void) { return ma_bf16_cvt_on; }
+
+size_t ma_bf16_cvt_check(uint32_t lo, uint32_t hi, uint32_t *first) {
+    return bf16_cvt_hw_why()[0] ? (size_t)-1 : bf16_cvt_check(lo, hi, first);
+}
+
+void ma_bf16_cvt_register(size_t (*check)(uint32_t, uint32_t, uint32_t *)) {
+    bf16_cvt_check = check;
+    ma_set_bf16_cvt(1);
+}
 
 /* Why this machine cannot run the kernels of isa ("" when it can). */
 const char *ma_isa_why(const char *isa) {

@@ -149,8 +149,14 @@ static inline __attribute__((always_inline)) void ma_inter(V ev, V od, __m256 *a
 #if defined(MA_SIMDE)
 #pragma GCC target("avx2,fma,f16c")
 #include "ma_simde512.h"
+#elif defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+/* AVX512_BF16 too, for vcvtneps2bf16 in the bfloat16 stores: run only where the CPU has it (ma_bf_pack) */
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c")
+#define MA_HAVE_BF16_CVT 1
 #else
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")
+#endif
+#if !defined(MA_SIMDE)
 #include <immintrin.h>
 #define MM512(f) _mm512_##f
 #define MM256(f) _mm256_##f
@@ -164,8 +170,16 @@ typedef __mmask16 MMASK16;
 #define MA_MASK_STOREU_PS(p, k, v) _mm512_mask_storeu_ps((p), (k), (v))
 #define MA_MASKZ_LOADU_EPI16(k, p) _mm256_maskz_loadu_epi16((k), (p))
 #define MA_MASK_STOREU_EPI16(p, k, v) _mm256_mask_storeu_epi16((p), (k), (v))
-#define MA_STREAM_PS(p, v) _mm512_stream_ps((p), (v))
+/* Streaming stores as two 32-byte halves: on Zen 5 a bfloat16 forward at 16M (relu) streamed at 0.095 ns per
+ * element with 64-byte vmovntdq and 0.068 with two 32-byte ones (AVX2's 0.076); float32 within the noise. */
+#define MA_STREAM_PS(p, v)                                                                  \
+    (_mm256_stream_ps((p), _mm512_castps512_ps256(v)), _mm256_stream_ps((p) + 8, _mm512_extractf32x8_ps((v), 1)))
 #define MA_CVTEPI32_EPI16(t) _mm512_cvtepi32_epi16(t)
+#define MA_STREAM_SI512(p, v)                                                              \
+    (_mm256_stream_si256((__m256i *)(p), _mm512_castsi512_si256(v)),                        \
+     _mm256_stream_si256((__m256i *)(p) + 1, _mm512_extracti64x4_epi64((v), 1)))
+#define MA_UNORD_MASK(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_UNORD_Q)
+typedef __mmask32 MMASK32;
 #endif
 #define MA_ISA_NAME avx512
 #define W 16
@@ -197,16 +211,14 @@ typedef int32_t VM __attribute__((vector_size(64)));
 #define VSTORE_TAIL(p, m, v) MA_MASK_STOREU_PS((p), MA_TAILMASK(m), (M512)(v))
 #define VLOAD_TAIL_H(p, m) ((V)MM512(cvtph_ps)(MA_MASKZ_LOADU_EPI16(MA_TAILMASK(m), (p))))
 #define VSTORE_TAIL_H(p, m, v) MA_MASK_STOREU_EPI16((p), MA_TAILMASK(m), MA_CVTPS_PH((M512)(v)))
-/* bfloat16: 16 halves zero-extended and shifted up; stores keep the high halves of ma_bf_hi (vpsrld,
- * vpmovdw).  Not vcvtneps2bf16 (AVX512_BF16): it treats subnormal inputs as zero and flushes subnormal
- * results whatever MXCSR says, so it would need this sequence for those lanes anyway, and a column of its
- * own for the run-time check; the integer sequence gives ma_f2bf's bits on every AVX-512 CPU. */
+/* bfloat16: 16 halves zero-extended and shifted up; stores narrow with ma_bf_pack (below): vcvtneps2bf16
+ * where the CPU has AVX512_BF16, else the high halves of ma_bf_hi (vpsrld, vpmovdw), the same bits. */
 #define MA_WIDEN_B(h) ((V)MM512(slli_epi32)(MM512(cvtepu16_epi32)(h), 16))
 #define MA_BF_NARROW(t) MA_CVTEPI32_EPI16(MM512(srli_epi32)((M512I)(t), 16))
 #define VLOAD_B(p) MA_OPAQUE(MA_WIDEN_B(MM256(loadu_si256)((const M256I *)(p))))
-#define VSTORE_B(p, v) MM256(storeu_si256)((M256I *)(p), MA_BF_NARROW(ma_bf_hi(v)))
+#define VSTORE_B(p, v) MM256(storeu_si256)((M256I *)(p), ma_bf_pack(v))
 #define VLOAD_TAIL_B(p, m) MA_WIDEN_B(MA_MASKZ_LOADU_EPI16(MA_TAILMASK(m), (p)))
-#define VSTORE_TAIL_B(p, m, v) MA_MASK_STOREU_EPI16((p), MA_TAILMASK(m), MA_BF_NARROW(ma_bf_hi(v)))
+#define VSTORE_TAIL_B(p, m, v) MA_MASK_STOREU_EPI16((p), MA_TAILMASK(m), ma_bf_pack(v))
 #define VFMA(a, b, c) ((V)MM512(fmadd_ps)((M512)(a), (M512)(b), (M512)(c)))
 /* a mask lane's sign bit picks, as blendv does for avx2.  Written with vector operators, not as
  * mask_blend(movepi32_mask(m)): GCC then keeps a compare's result in a k register and blends (or masks
@@ -224,7 +236,7 @@ static inline __attribute__((always_inline)) V ma_vsel(VM m, V a, V b) {
 #define MA_HAVE_STREAM 1
 #define VSTREAM(p, v) MA_STREAM_PS((p), (M512)(v))
 #define VSTREAM_H(p, v) MM256(stream_si256)((M256I *)(p), MA_CVTPS_PH((M512)(v)))
-#define VSTREAM_B(p, v) MM256(stream_si256)((M256I *)(p), MA_BF_NARROW(ma_bf_hi(v)))
+#define VSTREAM_B(p, v) MM256(stream_si256)((M256I *)(p), ma_bf_pack(v))
 #define MA_STREAM_FENCE() MM(sfence)()
 #define VALL(m) (MA_KMASK(m) == 0xffff)
 typedef double VD __attribute__((vector_size(128)));
@@ -347,16 +359,80 @@ typedef double VD __attribute__((vector_size(32)));
 /* float32 -> bfloat16 rounded to nearest even, in the high half of each lane (the ISA's MA_BF_NARROW
  * keeps those): ma_f2bf's sequence on vectors, integer operations only, so that no FPU mode applies and
  * every ISA gives its bits.  A NaN lane is the NaN with its quiet bit set (sign and payload kept).
- * Hook for AVX512_BF16: an ISA whose vcvtneps2bf16 replaces this must still give these bits; that
- * instruction treats subnormal inputs as zero and flushes subnormal results whatever MXCSR says, so
- * lanes below 2^-126 in magnitude need this sequence's result (tests: the C harness compares every
- * bfloat16 kernel with its float32 kernel rounded by ma_f2bf, bit for bit). */
+ * avx512's vcvtneps2bf16 (ma_bf_pack) gives these bits too, its subnormal lanes patched with this sequence
+ * (tests: the C harness compares every bfloat16 kernel with its float32 kernel rounded by ma_f2bf, bit for
+ * bit). */
 static inline __attribute__((always_inline)) VI ma_bf_round(V v) { /* a lane that is not NaN */
     VI x = v_as_i(v);
     return x + 0x7fffu + ((x >> 16) & 1u);
 }
 static inline __attribute__((always_inline)) VI ma_bf_hi(V v) {
     return v_as_i(VSEL(v != v, i_as_v(v_as_i(v) | 0x00400000u), i_as_v(ma_bf_round(v))));
+}
+
+#if defined(MA_ISA_AVX512)
+#if defined(MA_HAVE_BF16_CVT)
+/* 16 float32 lanes as bfloat16, ma_f2bf's bits.  With AVX512_BF16 (ma_bf16_cvt_on, set once at load from
+ * CPUID, MULTIACT_NATIVE_BF16_CVT=0 to refuse it): vcvtneps2bf16, whose rounding of normal numbers, infinities
+ * and NaNs (quiet bit set, sign and payload kept) is this sequence's, but which reads subnormal inputs as
+ * zero whatever MXCSR says; a vector with a nonzero subnormal lane (rare: a test and a branch) takes the
+ * integer sequence for those lanes.  Checked against ma_bf_hi on all 2^32 float32 patterns
+ * (ma_bf16_cvt_check). */
+extern int ma_bf16_cvt_on;
+static inline __attribute__((always_inline)) M256I ma_bf_pack_cvt(V v) {
+    M256I r = (M256I)_mm512_cvtneps_pbh((M512)v);
+    MMASK16 sub = _mm512_mask_testn_epi32_mask(_mm512_test_epi32_mask((M512I)v, _mm512_set1_epi32(0x007fffff)),
+                                               (M512I)v, _mm512_set1_epi32(0x7f800000));
+    if (__builtin_expect(sub != 0, 0)) r = _mm256_mask_blend_epi16(sub, r, MA_BF_NARROW(ma_bf_round(v)));
+    return r;
+}
+static inline __attribute__((always_inline)) M256I ma_bf_pack(V v) {
+    if (ma_bf16_cvt_on) return ma_bf_pack_cvt(v);
+    return MA_BF_NARROW(ma_bf_hi(v));
+}
+#else
+#define ma_bf_pack(v) MA_BF_NARROW(ma_bf_hi(v))
+#endif
+#endif
+#endif
+
+#if defined(MA_ISA_AVX512)
+/* bfloat16, four vectors (64 elements) at once, for the elementwise main loops: AVX2's scheme below on 512-bit
+ * registers (even elements shifted up, odd ones masked in place; a pair stored by 16-bit lane rounding, 8
+ * vector ops per 32 elements, NaN tested once per step), which measured faster than vcvtneps2bf16 with its
+ * subnormal test per vector (Zen 5: benchmarks/results/isa-avx512-bf16-x86-2core.txt); single vectors (the
+ * families, tails) keep ma_bf_pack.  Streaming: 64-byte aligned (ALIGN_bf16), as MA_STREAM_SI512 writes. */
+#define MA_HAVE_BF4 1
+static inline __attribute__((always_inline)) void ma_bf_load4(const uint16_t *p, V *a) {
+    M512I v0 = MM512(loadu_si512)((const void *)p), v1 = MM512(loadu_si512)((const void *)(p + 32)),
+          hi = MM512(set1_epi32)((int)0xffff0000u);
+    a[0] = MA_OPAQUE((V)MM512(slli_epi32)(v0, 16)), a[1] = MA_OPAQUE((V)MM512(and_si512)(v0, hi));
+    a[2] = MA_OPAQUE((V)MM512(slli_epi32)(v1, 16)), a[3] = MA_OPAQUE((V)MM512(and_si512)(v1, hi));
+}
+static inline __attribute__((always_inline)) M512I ma_bf_join(M512I e, M512I o) {
+    return MM512(mask_blend_epi16)((MMASK32)0xaaaaaaaau, MM512(srli_epi32)(e, 16), o);
+}
+static inline __attribute__((always_inline)) M512I ma_bf_rne2(V e, V o) {
+    M512I ei = (M512I)e, oi = (M512I)o;
+    M512I h = ma_bf_join(ei, oi), l = MM512(mask_blend_epi16)((MMASK32)0xaaaaaaaau, ei, MM512(slli_epi32)(oi, 16));
+    M512I u = MM512(subs_epu16)(l, MM512(andnot_si512)(h, MM512(set1_epi16)(1)));
+    return MM512(add_epi16)(h, MM512(srli_epi16)(u, 15));
+}
+static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, const V *r, int stream) {
+    M512I lo, hi;
+    if (__builtin_expect((MA_UNORD_MASK((M512)r[0], (M512)r[1]) | MA_UNORD_MASK((M512)r[2], (M512)r[3])) == 0, 1)) {
+        lo = ma_bf_rne2(r[0], r[1]), hi = ma_bf_rne2(r[2], r[3]);
+    } else {
+        lo = ma_bf_join((M512I)ma_bf_hi(r[0]), (M512I)ma_bf_hi(r[1]));
+        hi = ma_bf_join((M512I)ma_bf_hi(r[2]), (M512I)ma_bf_hi(r[3]));
+    }
+    if (stream) { /* 64-byte aligned (ALIGN_bf16) */
+        MA_STREAM_SI512(p, lo);
+        MA_STREAM_SI512(p + 32, hi);
+    } else {
+        MM512(storeu_si512)((void *)p, lo);
+        MM512(storeu_si512)((void *)(p + 32), hi);
+    }
 }
 #endif
 

@@ -55,6 +55,13 @@ MA_SIMDE_MASKED(epi16, uint16_t, simde__m256i, simde_mm256_loadu_si256, simde_mm
 #define MA_MASKZ_LOADU_EPI16(k, p) ma_simde_maskz_loadu_epi16((k), (p))
 #define MA_MASK_STOREU_EPI16(p, k, v) ma_simde_mask_storeu_epi16((p), (k), (v))
 #define MA_STREAM_PS(p, v) ma_simde_stream_ps((p), (v))
+static inline void ma_simde_stream_si512(void *p, simde__m512i v) {
+    simde_mm256_stream_si256((simde__m256i *)p, simde_mm512_extracti64x4_epi64(v, 0));
+    simde_mm256_stream_si256((simde__m256i *)p + 1, simde_mm512_extracti64x4_epi64(v, 1));
+}
+#define MA_STREAM_SI512(p, v) ma_simde_stream_si512((p), (v))
+#define MA_UNORD_MASK(a, b) simde_mm512_cmp_ps_mask((a), (b), SIMDE_CMP_UNORD_Q)
+typedef simde__mmask32 MMASK32;
 static inline simde__m256i ma_simde_cvtepi32_epi16(simde__m512i t) {
     uint32_t a[16];
     uint16_t b[16];
