@@ -10,19 +10,34 @@
 #include "ma_kernels.inc"
 
 #if defined(MA_HAVE_BF16_CVT) && MA_PART_FIRST
-/* ma_bf16_cvt_check's body: float32 patterns in blocks of 16 through vcvtneps2bf16 (ma_bf_pack's way) and the
- * integer sequence (ma_bf_hi), as ma_bf_pack takes them; runs only where the CPU has AVX512_BF16 (the caller checks). */
+/* ma_bf16_cvt_check's body: float32 patterns in blocks of 64 through the kernels' two vcvtneps2bf16 paths (ma_bf_pack
+ * for single vectors, ma_bf_cvt4 for a main-loop step where it applies) and the integer sequence (ma_bf_hi);
+ * runs only where the CPU has AVX512_BF16 (the caller checks). */
 static size_t bf16_cvt_check(uint32_t lo, uint32_t hi, uint32_t *first) {
     const VI lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     size_t bad = 0;
-    for (uint64_t b = lo & ~15u; b <= hi; b += 16) {
-        V v = i_as_v(lane + (uint32_t)b);
-        __mmask16 ne = _mm256_cmpneq_epi16_mask(ma_bf_pack_cvt(v), MA_BF_NARROW(ma_bf_hi(v)));
-        if (ne) {
-            if (!bad && first) *first = (uint32_t)b + (uint32_t)__builtin_ctz(ne);
-            bad += (size_t)__builtin_popcount(ne);
+    uint32_t at = 0;
+    for (uint64_t b = lo & ~63u; b <= hi; b += 64) {
+        V r[4];
+        M512I step[2];
+        for (int k = 0; k < 4; k++) {
+            r[k] = i_as_v(lane + (uint32_t)(b + 16u * (unsigned)k));
+            __mmask16 ne = _mm256_cmpneq_epi16_mask(ma_bf_pack_cvt(r[k]), MA_BF_NARROW(ma_bf_hi(r[k])));
+            if (ne && !bad++) at = (uint32_t)(b + 16u * (unsigned)k) + (uint32_t)__builtin_ctz(ne);
+            bad += ne ? (size_t)__builtin_popcount(ne) - 1 : 0;
+        }
+        if (!ma_bf_cvt4(r, &step[0], &step[1])) continue; /* a subnormal lane: the step stores by integers */
+        for (int k = 0; k < 4; k += 2) { /* memory order: element 2j of r[k] lane j, 2j + 1 of r[k + 1] lane j */
+            __mmask32 ne = _mm512_cmpneq_epi16_mask(step[k / 2], ma_bf_join((M512I)ma_bf_hi(r[k]),
+                                                                           (M512I)ma_bf_hi(r[k + 1])));
+            if (ne && !bad++) {
+                unsigned j = (unsigned)__builtin_ctz(ne);
+                at = (uint32_t)(b + 16u * (unsigned)(k + (int)(j & 1u)) + (j >> 1));
+            }
+            bad += ne ? (size_t)__builtin_popcount(ne) - 1 : 0;
         }
     }
+    if (bad && first) *first = at;
     return bad;
 }
 __attribute__((constructor)) static void bf16_cvt_register(void) { ma_bf16_cvt_register(bf16_cvt_check); }
