@@ -463,6 +463,46 @@ static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, cons
 }
 #endif
 
+#if defined(MA_ISA_NEON)
+/* bfloat16, four vectors (16 elements) at once: AVX2's scheme below with NEON's lane operations.  Loads: of
+ * each 8 elements the even ones shifted into the high halves (shl) and the odd ones masked in place (and).
+ * Stores, a pair (even e, odd o) at a time in 16-bit lanes: the high halves h and low halves l in memory
+ * order by one transpose each (trn2, trn1), then h + the top bit of l - (1 - lsb(h)), saturating (bic,
+ * uqsub, usra): 5 instructions per 8 elements where ma_bf_hi and a narrowing shift took about 16; a step
+ * with a NaN lane goes through ma_bf_hi.  Verified under qemu (scripts/test_neon_qemu.sh), not timed: no ARM
+ * hardware here. */
+#define MA_HAVE_BF4 1
+static inline __attribute__((always_inline)) void ma_bf_load4(const uint16_t *p, V *a) {
+    uint32x4_t v0 = vreinterpretq_u32_u16(vld1q_u16(p)), v1 = vreinterpretq_u32_u16(vld1q_u16(p + 8)),
+               hi = vdupq_n_u32(0xffff0000u);
+    a[0] = (V)vshlq_n_u32(v0, 16), a[1] = (V)vandq_u32(v0, hi);
+    a[2] = (V)vshlq_n_u32(v1, 16), a[3] = (V)vandq_u32(v1, hi);
+}
+static inline __attribute__((always_inline)) uint16x8_t ma_bf_join(V e, V o) {
+    return vtrn2q_u16(vreinterpretq_u16_f32((float32x4_t)e), vreinterpretq_u16_f32((float32x4_t)o));
+}
+static inline __attribute__((always_inline)) uint16x8_t ma_bf_rne2(V e, V o) {
+    uint16x8_t h = ma_bf_join(e, o),
+               l = vtrn1q_u16(vreinterpretq_u16_f32((float32x4_t)e), vreinterpretq_u16_f32((float32x4_t)o));
+    uint16x8_t u = vqsubq_u16(l, vbicq_u16(vdupq_n_u16(1), h));
+    return vsraq_n_u16(h, u, 15);
+}
+static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, const V *r, int stream) {
+    (void)stream; /* no streaming stores on NEON (MA_HAVE_STREAM 0) */
+    uint32x4_t ok = vandq_u32(vandq_u32(vceqq_f32((float32x4_t)r[0], (float32x4_t)r[0]),
+                                        vceqq_f32((float32x4_t)r[1], (float32x4_t)r[1])),
+                              vandq_u32(vceqq_f32((float32x4_t)r[2], (float32x4_t)r[2]),
+                                        vceqq_f32((float32x4_t)r[3], (float32x4_t)r[3])));
+    if (__builtin_expect(vminvq_u32(ok) != 0, 1)) {
+        vst1q_u16(p, ma_bf_rne2(r[0], r[1]));
+        vst1q_u16(p + 8, ma_bf_rne2(r[2], r[3]));
+    } else {
+        vst1q_u16(p, ma_bf_join((V)ma_bf_hi(r[0]), (V)ma_bf_hi(r[1])));
+        vst1q_u16(p + 8, ma_bf_join((V)ma_bf_hi(r[2]), (V)ma_bf_hi(r[3])));
+    }
+}
+#endif
+
 #if defined(MA_ISA_AVX2)
 /* bfloat16, four vectors (32 elements) at once, for the elementwise main loops (ma_kernels.inc's LD4 / *_STEP).
  * Loads: of each 16 elements, the even ones shifted into the high halves (vpslld) and the odd ones masked in
