@@ -98,7 +98,7 @@ def bf16_store() -> str:
     s = _load()
     lib, ffi = s["lib"], s["ffi"]
     if s["isa"] == "avx512" and lib.ma_get_bf16_cvt():
-        return "vcvtneps2bf16 (AVX512_BF16), subnormal lanes by the integer sequence"
+        return "vcvtneps2bf16 / vcvtne2ps2bf16 (AVX512_BF16), subnormal lanes by the integer sequence"
     why = ffi.string(lib.ma_bf16_cvt_why()).decode()
     return "integer round-to-nearest-even sequence" + (f" (vcvtneps2bf16 not used: {why})" if s["isa"] == "avx512"
                                                        else "")

@@ -95,7 +95,7 @@ const char *ma_bf16_cvt_why(void);
 /* Use it (1, where allowed) or not (0), between calls only: the state in force after the call. */
 int ma_set_bf16_cvt(int on);
 int ma_get_bf16_cvt(void);
-/* The float32 patterns lo..hi (the whole blocks of 16 that hold them) narrowed by vcvtneps2bf16 as the
+/* The float32 patterns lo..hi (the whole blocks of 64 that hold them) narrowed by vcvtneps2bf16 as the
  * kernels do and by the integer sequence: how many differ, the first in *first; (size_t)-1 where the CPU
  * or the build has no vcvtneps2bf16 (MULTIACT_NATIVE_BF16_CVT does not matter here). */
 size_t ma_bf16_cvt_check(uint32_t lo, uint32_t hi, uint32_t *first);
