@@ -170,14 +170,9 @@ typedef __mmask16 MMASK16;
 #define MA_MASK_STOREU_PS(p, k, v) _mm512_mask_storeu_ps((p), (k), (v))
 #define MA_MASKZ_LOADU_EPI16(k, p) _mm256_maskz_loadu_epi16((k), (p))
 #define MA_MASK_STOREU_EPI16(p, k, v) _mm256_mask_storeu_epi16((p), (k), (v))
-/* Streaming stores as two 32-byte halves: on Zen 5 a bfloat16 forward at 16M (relu) streamed at 0.095 ns per
- * element with 64-byte vmovntdq and 0.068 with two 32-byte ones (AVX2's 0.076); float32 within the noise. */
-#define MA_STREAM_PS(p, v)                                                                  \
-    (_mm256_stream_ps((p), _mm512_castps512_ps256(v)), _mm256_stream_ps((p) + 8, _mm512_extractf32x8_ps((v), 1)))
+#define MA_STREAM_PS(p, v) _mm512_stream_ps((p), (v))
 #define MA_CVTEPI32_EPI16(t) _mm512_cvtepi32_epi16(t)
-#define MA_STREAM_SI512(p, v)                                                              \
-    (_mm256_stream_si256((__m256i *)(p), _mm512_castsi512_si256(v)),                        \
-     _mm256_stream_si256((__m256i *)(p) + 1, _mm512_extracti64x4_epi64((v), 1)))
+#define MA_STREAM_SI512(p, v) _mm512_stream_si512((void *)(p), (v))
 #define MA_UNORD_MASK(a, b) _mm512_cmp_ps_mask((a), (b), _CMP_UNORD_Q)
 typedef __mmask32 MMASK32;
 #endif
@@ -402,7 +397,7 @@ static inline __attribute__((always_inline)) M256I ma_bf_pack(V v) {
  * registers (even elements shifted up, odd ones masked in place; a pair stored by 16-bit lane rounding, 8
  * vector ops per 32 elements, NaN tested once per step), which measured faster than vcvtneps2bf16 with its
  * subnormal test per vector; where the CPU has AVX512_BF16 the step's pairs go through vcvtne2ps2bf16 and one
- * vpermw each instead, when no lane is subnormal (one vfpclassps per vector; NaN needs no test there), 3-12%
+ * vpermw each instead, when no lane is subnormal (one vfpclassps per vector; NaN needs no test there), 2-11%
  * faster again (Zen 5: benchmarks/results/isa-avx512-bf16-x86-2core.txt).  Single vectors (the families,
  * tails) store through ma_bf_pack.  Streaming: 64-byte aligned (ALIGN_bf16), as MA_STREAM_SI512 writes. */
 #define MA_HAVE_BF4 1
@@ -441,18 +436,21 @@ static inline __attribute__((always_inline)) int ma_bf_cvt4(const V *r, M512I *l
     return 1;
 }
 #endif
+/* a step's two pairs by the integer sequence (a NaN lane: the whole step through ma_bf_hi) */
+static inline __attribute__((always_inline)) void ma_bf_int4(const V *r, M512I *lo, M512I *hi) {
+    if (__builtin_expect((MA_UNORD_MASK((M512)r[0], (M512)r[1]) | MA_UNORD_MASK((M512)r[2], (M512)r[3])) == 0, 1)) {
+        *lo = ma_bf_rne2(r[0], r[1]), *hi = ma_bf_rne2(r[2], r[3]);
+    } else {
+        *lo = ma_bf_join((M512I)ma_bf_hi(r[0]), (M512I)ma_bf_hi(r[1]));
+        *hi = ma_bf_join((M512I)ma_bf_hi(r[2]), (M512I)ma_bf_hi(r[3]));
+    }
+}
 static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, const V *r, int stream) {
     M512I lo, hi;
 #if defined(MA_HAVE_BF16_CVT)
-    if (ma_bf16_cvt_on && __builtin_expect(ma_bf_cvt4(r, &lo, &hi), 1)) {
-    } else
+    if (!ma_bf16_cvt_on || __builtin_expect(!ma_bf_cvt4(r, &lo, &hi), 0))
 #endif
-    if (__builtin_expect((MA_UNORD_MASK((M512)r[0], (M512)r[1]) | MA_UNORD_MASK((M512)r[2], (M512)r[3])) == 0, 1)) {
-        lo = ma_bf_rne2(r[0], r[1]), hi = ma_bf_rne2(r[2], r[3]);
-    } else {
-        lo = ma_bf_join((M512I)ma_bf_hi(r[0]), (M512I)ma_bf_hi(r[1]));
-        hi = ma_bf_join((M512I)ma_bf_hi(r[2]), (M512I)ma_bf_hi(r[3]));
-    }
+        ma_bf_int4(r, &lo, &hi);
     if (stream) { /* 64-byte aligned (ALIGN_bf16) */
         MA_STREAM_SI512(p, lo);
         MA_STREAM_SI512(p + 32, hi);
