@@ -34,7 +34,8 @@ ISAS = [isa for isa in K.isas() if lib.ma_isa_supported(isa.encode())]
 # avx512's stores narrow with vcvtneps2bf16 where the CPU has AVX512_BF16, else with integer operations: every
 # test of this file runs with each way this machine has
 CVT_WHY = ffi.string(lib.ma_bf16_cvt_why()).decode()
-STORES = ["integer"] + (["vcvtneps2bf16"] if lib.ma_bf16_cvt_check(0, 0, ffi.NULL) != int(ffi.cast("size_t", -1)) else [])
+HAS_CVT = lib.ma_bf16_cvt_check(0, 0, ffi.NULL) != int(ffi.cast("size_t", -1))  # the CPU and the build have it
+STORES = ["integer", "vcvtneps2bf16"] if HAS_CVT else ["integer"]
 
 
 @pytest.fixture(autouse=True, params=STORES)
