@@ -46,6 +46,8 @@ def bf16_store(request):
         pytest.skip(f"vcvtneps2bf16 is not used here: {CVT_WHY}")
     yield request.param
     lib.ma_set_bf16_cvt(before)
+
+
 ALL = np.arange(1 << 16, dtype=np.uint16)
 # every pattern, then 13 more: a tail after the vector steps, and misaligned by one element from the start
 BITS = np.concatenate([ALL, ALL[12345:12358]])

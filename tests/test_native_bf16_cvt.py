@@ -19,8 +19,9 @@ HAS_CVT = lib.ma_bf16_cvt_check(0, 0, ffi.NULL) != CANNOT
 
 
 def test_vcvtneps2bf16_narrowing_gives_the_integer_sequences_bits_on_every_float32_pattern():
-    """ma_bf_pack's vcvtneps2bf16 path (subnormal lanes patched) against the integer sequence on all 2^32 float32
-    patterns (about a second), where the CPU has AVX512_BF16; elsewhere the check says it cannot run."""
+    """The kernels' two vcvtneps2bf16 paths (single vectors with their subnormal lanes patched; main-loop steps by
+    vcvtne2ps2bf16 + vpermw) against the integer sequence on all 2^32 float32 patterns (about half a second), where
+    the CPU has AVX512_BF16; elsewhere the check says it cannot run."""
     first = ffi.new("uint32_t *")
     bad = lib.ma_bf16_cvt_check(0, 0xFFFFFFFF, first)
     if not HAS_CVT:
