@@ -374,10 +374,25 @@ static inline __attribute__((always_inline)) VI ma_bf_hi(V v) {
  * integer sequence for those lanes.  Checked against ma_bf_hi on all 2^32 float32 patterns
  * (ma_bf16_cvt_check). */
 extern int ma_bf16_cvt_on;
+/* The two instructions as volatile asm, not intrinsics: GCC treats an intrinsic as plain arithmetic and may
+ * compute it ahead of the ma_bf16_cvt_on test (it did so with the integer sequence's operations in relu's
+ * loop), which on an AVX-512 CPU without AVX512_BF16 (Skylake-SP to Ice Lake) would be an illegal
+ * instruction; a volatile asm runs only where the code says.  vcvtne2ps2bf16 hi, lo: lo's 16 in the low
+ * half, hi's in the high half. */
+static inline __attribute__((always_inline)) M256I ma_vcvtneps2bf16(V v) {
+    M256I r;
+    __asm__ volatile("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(v));
+    return r;
+}
+static inline __attribute__((always_inline)) M512I ma_vcvtne2ps2bf16(V hi, V lo) {
+    M512I r;
+    __asm__ volatile("vcvtne2ps2bf16 %2, %1, %0" : "=v"(r) : "v"(hi), "v"(lo));
+    return r;
+}
 /* lanes holding a subnormal (vfpclassps class 0x20, which MXCSR.DAZ does not change: checked on Zen 5) */
 #define MA_SUBNORMAL(v) _mm512_fpclass_ps_mask((M512)(v), 0x20)
 static inline __attribute__((always_inline)) M256I ma_bf_pack_cvt(V v) {
-    M256I r = (M256I)_mm512_cvtneps_pbh((M512)v);
+    M256I r = ma_vcvtneps2bf16(v);
     MMASK16 sub = MA_SUBNORMAL(v);
     if (__builtin_expect(sub != 0, 0)) r = _mm256_mask_blend_epi16(sub, r, MA_BF_NARROW(ma_bf_round(v)));
     return r;
@@ -427,7 +442,7 @@ static inline __attribute__((always_inline)) M512I ma_bf_rne2(V e, V o) {
 static inline __attribute__((always_inline)) M512I ma_bf_cvt2(V e, V o) {
     const M512I order = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    return _mm512_permutexvar_epi16(order, (M512I)_mm512_cvtne2ps_pbh((M512)o, (M512)e));
+    return _mm512_permutexvar_epi16(order, ma_vcvtne2ps2bf16(o, e));
 }
 /* a step's two pairs by ma_bf_cvt2 when none of its lanes is subnormal (else 0: nothing written) */
 static inline __attribute__((always_inline)) int ma_bf_cvt4(const V *r, M512I *lo, M512I *hi) {
