@@ -15,6 +15,13 @@ import multiact as ma
 collect_ignore = [] if any(a.rstrip("/").endswith("cuda") for a in sys.argv) else ["cuda"]
 
 
+def native_bf16_cvt(lib, ffi) -> tuple[bool, str]:
+    """Whether avx512's bfloat16 stores can use vcvtneps2bf16 on this CPU with this build (ma_bf16_cvt_check runs
+    there, whatever MULTIACT_NATIVE_BF16_CVT says), and why it is not used now ("" when it is)."""
+    return (lib.ma_bf16_cvt_check(0, 0, ffi.NULL) != int(ffi.cast("size_t", -1)),
+            ffi.string(lib.ma_bf16_cvt_why()).decode())
+
+
 def native_kernels():
     """native/kernels.py, the kernel table, loaded by path (it imports only the standard library, and the
     native tests read it whether or not the extension is built); one module for every test file."""

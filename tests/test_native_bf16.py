@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import native_kernels
+from conftest import native_bf16_cvt, native_kernels
 
 from multiact import registry
 from multiact.dtypes import bf16_bits_to_f32, f32_bits_to_bf16
@@ -33,8 +33,7 @@ K = native_kernels()
 ISAS = [isa for isa in K.isas() if lib.ma_isa_supported(isa.encode())]
 # avx512's stores narrow with vcvtneps2bf16 where the CPU has AVX512_BF16, else with integer operations: every
 # test of this file runs with each way this machine has
-CVT_WHY = ffi.string(lib.ma_bf16_cvt_why()).decode()
-HAS_CVT = lib.ma_bf16_cvt_check(0, 0, ffi.NULL) != int(ffi.cast("size_t", -1))  # the CPU and the build have it
+HAS_CVT, CVT_WHY = native_bf16_cvt(lib, ffi)
 STORES = ["integer", "vcvtneps2bf16"] if HAS_CVT else ["integer"]
 
 

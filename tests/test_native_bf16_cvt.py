@@ -10,12 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import native_bf16_cvt
 
 native = pytest.importorskip("multiact._native", reason="the native extension is not built")
 lib, ffi = native.lib, native.ffi
 CANNOT = int(ffi.cast("size_t", -1))  # ma_bf16_cvt_check where vcvtneps2bf16 cannot run
-CVT_WHY = ffi.string(lib.ma_bf16_cvt_why()).decode()
-HAS_CVT = lib.ma_bf16_cvt_check(0, 0, ffi.NULL) != CANNOT
+HAS_CVT, CVT_WHY = native_bf16_cvt(lib, ffi)
 
 
 def test_vcvtneps2bf16_narrowing_gives_the_integer_sequences_bits_on_every_float32_pattern():

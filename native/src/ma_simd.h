@@ -530,9 +530,6 @@ static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, cons
  * vpackusdw took 11 (Zen 3, in cache: benchmarks/results/bf16-native-x86-2core.txt).  Streaming: two
  * 32-byte stores (the stream head aligns y to 32 bytes: ALIGN_bf16). */
 #define MA_HAVE_BF4 1
-/* The loads are 32-byte halves joined (vinserti64x4): with 64-byte loads a bfloat16 relu forward at 16M (streaming)
- * ran at 0.097 ns per element from a 64-byte aligned x and 0.147 from one 16 bytes off (Zen 5), with halves at
- * 0.058-0.061 either way (avx2 0.065-0.076, float16 0.059).  float32's 64-byte loads measured the same as halves. */
 static inline __attribute__((always_inline)) void ma_bf_load4(const uint16_t *p, V *a) {
     __m256i v0 = _mm256_loadu_si256((const __m256i *)p), v1 = _mm256_loadu_si256((const __m256i *)(p + 16)),
             hi = _mm256_set1_epi32((int)0xffff0000u);
