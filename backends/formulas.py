@@ -887,7 +887,7 @@ def swish_bwd2(g, dy, x, khi, klo):
     hi, lo = clamp_hl(hi, lo + xc * klo)
     neg = hi < ZERO
     az = -hi if neg else hi
-    ek, sc = expk_hl(-az, -lo if neg else lo)
+    ek, sc = expk_hl(-az, lo if neg else -lo)
     e = ek * sc
     d = ONE + e
     w = az * ((ZERO - expm1(-az)) / d)
@@ -924,7 +924,7 @@ def gelu_tanh_grad2(g, dy, x, a, b):
     xc, hi, lo = gelu_tanh_z(x)
     neg = hi < ZERO
     az = -hi if neg else hi
-    ek, sc = expk_hl(-az, -lo if neg else lo)
+    ek, sc = expk_hl(-az, lo if neg else -lo)
     e = ek * sc
     x2 = xc * xc
     dz = GELU_K2_HI * (ONE + GELU_C3 * x2)
@@ -945,9 +945,10 @@ def mish_grad2(g, dy, x, a, b):
     den = (ONE + (e + e) + (e * e + e * e)) if pos else e * (e + TWO) + TWO
     # pos: e den - 2 num = ((2e + 2) e - 3) e - 2; else D - 2u^2 (u + 2)
     c = (((e + e) + TWO) * e - THREE) * e - TWO if pos else den - (e + e) * (e * (e + TWO))
-    pre = (FOUR * ((e * e) if pos else ek)) / (den * den)
+    # x >= 0: e^2 is subnormal from x = 43.7 while the result is normal to x = 47: one factor e last
+    pre = (FOUR * (e if pos else ek)) / (den * den)
     r = (g * dy) * (pre * ((TWO * (ONE + e)) + xc * (c / den)))
-    return r if pos else r * sc
+    return r * (e if pos else sc)
 
 
 # ---- parameter-gradient terms (float64 in, float64 out; summed by the backend) ----------------------------------

@@ -131,6 +131,8 @@ def kernel(key: str, direction: str, dtype: str, isa: str | None = None) -> Call
     _, symbol, signature, _, cost = row
     if signature in ("unary", "binary"):
         return _elementwise(s, row, dtype, signature == "binary")
+    if signature == "ternary":
+        return _ternary(s, row, dtype)
     if signature == "prelu":
         return _prelu(s, symbol, dtype, key, direction)
     if signature == "prelu_weight_grad":
@@ -229,6 +231,35 @@ def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
 
     k1.at = at
     return k1
+
+
+def _ternary(s: dict, row: tuple, dtype: str) -> Callable:
+    """A second-derivative kernel closure, kernel(g, dy, x, out, p): as the binary one, C-contiguous arrays in one
+    cffi call, others in blocks."""
+    from multiact import get_num_threads
+
+    lib, ffi = s["lib"], s["ffi"]
+    fb = ffi.from_buffer
+    elsize = _ELSIZE[dtype]
+    _, sym, _, names, cost = row
+    fn, pack = ffi.cast("void *", ffi.addressof(lib, sym)), _packer(names)
+
+    def k3(g, dy, x, out, p):
+        a, b, c, d = pack(p)
+        try:
+            bufs = fb(g), fb(dy), fb(x), fb(out)  # raises unless C-contiguous
+        except ValueError:
+            flat = _flat(g, dy, x, out)
+            if flat is not None:
+                lib.ma_run_ternary(fn, *(fb(v) for v in flat), out.size, elsize, cost, a, b, c, d, get_num_threads())
+                return
+            for blocks, ob in _blocks((g, dy, x), out):
+                lib.ma_run_ternary(fn, *(fb(v) for v in blocks), fb(ob), ob.size, elsize, cost, a, b, c, d, 1)
+            return
+        if out.size:
+            lib.ma_run_ternary(fn, *bufs, out.size, elsize, cost, a, b, c, d, get_num_threads())
+
+    return k3
 
 
 def _channels(x: np.ndarray, weight: np.ndarray, axis: int, order: str) -> tuple[int, int, int]:

@@ -11,6 +11,9 @@ An op's elementwise kernels are its kernel keys (forward), `<key>_grad` or the o
 kernel, and `<key>_grad_y` for a backward of its own from the output; an op with an array parameter
 (prelu) and the parameter gradients have signatures of their own.
 
+Second derivatives (direction backward2, `ma.backward2`): `<key>_grad2` for every kernel key, signature
+ternary (g, dy, x) -> g dy f''(x), bodies in ma_ops2.h (prelu's takes no weight: its f'' is 0 for every one).
+
 Composite kernels (`_opdefs.family_keys()`): one forward and one backward per family and activation
 key, kernel key `gated:<act key>`, C name `Family.cname` (`gated_silu`, `gated_silu_grad`); row
 `op` is the family's name.  They take 2-D strided views (rows x n, a row and an element stride per
@@ -86,13 +89,18 @@ def bias_y_bodies() -> list[tuple[str, str]]:
 class Kernel(NamedTuple):
     op: str  # public op name
     key: str  # kernel key (the op's name, or its variant's: gelu_tanh)
-    direction: str  # forward | backward | backward_y | param_grad
+    direction: str  # forward | backward | backward_y | backward2 | param_grad
     dtype: str  # float32 | float16 | bfloat16
     isa: str
     cname: str
     symbol: str
-    signature: str  # unary | binary | prelu | prelu_weight_grad | swish_beta_grad | gated | gated_grad
+    signature: str  # unary | binary | ternary | prelu | prelu_weight_grad | swish_beta_grad | gated | gated_grad
     #                 | bias_act | bias_act_grad
+
+
+def _grad2_name(key: str) -> str:
+    """The C name of a kernel key's second derivative (ma_ops2.h's op_<key>_grad2)."""
+    return f"{key}_grad2"
 
 
 def _channel_op(d) -> bool:
@@ -111,6 +119,7 @@ def _rows() -> list[tuple[str, str, str, str, str]]:
                 names = d.kernel_names(key)
                 rows += [(d.name, key, direction, cname, "unary" if direction == "forward" else "binary")
                          for direction, cname in names.items()]
+            rows.append((d.name, key, "backward2", _grad2_name(key), "ternary"))
         if d.param_grad:
             sig = "prelu_weight_grad" if _channel_op(d) else "swish_beta_grad"
             rows.append((d.name, d.name, "param_grad", f"{d.name}_{d.param_grad}_grad", sig))
@@ -148,9 +157,11 @@ def _elementwise(signature: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r[3] for r in _rows() if r[4] == signature))
 
 
-# Elementwise C kernels: unary x -> y, binary (dy, x or y) -> dx (a shared one, such as shrink_grad, once).
+# Elementwise C kernels: unary x -> y, binary (dy, x or y) -> dx (a shared one, such as shrink_grad, once),
+# ternary (g, dy, x) -> g dy f''(x).
 UNARY = _elementwise("unary")
 BINARY = _elementwise("binary")
+TERNARY = _elementwise("ternary")
 # Composite C kernels (gated_<act key>, gated_<act key>_grad).
 GATED = _elementwise("gated") + _elementwise("gated_grad")
 BIAS = _elementwise("bias_act") + _elementwise("bias_act_grad")
@@ -164,6 +175,8 @@ BIAS = _elementwise("bias_act") + _elementwise("bias_act_grad")
 COST = {name: c for d in DEFS for key in d.keys for name, c in d.costs(key).items() if c != 1}
 COST.update({f"{d.name}_{d.param_grad}_grad": d.param_grad_cost
              for d in DEFS if d.param_grad and d.param_grad_cost != 1})
+# A second derivative: its key's backward cost (not measured; the bodies are of the backward's size).
+COST.update({_grad2_name(key): d.cost[key][1] for d in DEFS for key in d.keys if d.cost.get(key, (1, 1))[1] != 1})
 # A composite kernel: its activation's forward plus the product (forward), or the activation's forward
 # and backward plus the products (backward).  Not measured: derived, as the threshold only needs the scale.
 for _fam, _d, _k in _gated_keys():
@@ -291,6 +304,8 @@ def bf16_representatives(within: frozenset[str] | None = None) -> frozenset[str]
         pick.setdefault(("unary", n in split), n)
     for n in filter(ok, BINARY):
         pick.setdefault(("binary", n in split), n)
+    for n in filter(ok, TERNARY):
+        pick.setdefault(("ternary", False), n)
     for f, _, af, ab in family_bodies():
         if ok(f):
             pick.setdefault(("gated", af in split, ab in split), f)
@@ -310,6 +325,7 @@ def _kinds() -> dict[str, str]:
     if unknown:
         raise ValueError(f"ma_ops.h splits kernels the table lacks: {sorted(unknown)}")
     kind = {n: "split" if n in split else "plain" for n in (*UNARY, *BINARY)}
+    kind.update({n: "plain" for n in TERNARY})
     kind.update({n: "plain" for n in _LINEAR_BODIES.values()})
     return kind
 
@@ -350,8 +366,8 @@ def harness_selection(sampled: bool, bf16_all: bool) -> tuple[frozenset[str] | N
 
 
 def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | None = None) -> str:
-    """ma_kernel_list.h: the elementwise kernels for the C side, MA_UNARY(name, kind) /
-    MA_BINARY(name, kind) with kind `split` (has a fast path) or `plain`, and the gated kernels, each in
+    """ma_kernel_list.h: the elementwise kernels for the C side, MA_UNARY(name, kind) / MA_BINARY(name,
+    kind) / MA_TERNARY(name, plain) with kind `split` (has a fast path) or `plain`, and the gated kernels, each in
     the part (MA_P<i>) of the translation unit that compiles it; the *_BF16 lists: those whose bfloat16
     kernels are built, every one (bf16=None, the extension) or the C names in bf16 (the C harness).
     With `only`, just those C names (prelu and the parameter gradients are not in the lists)."""
@@ -359,6 +375,7 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
     keep = (lambda n: True) if only is None else (lambda n: n in only)
     entries = [(f"MA_UNARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in UNARY if keep(n)]
     entries += [(f"MA_BINARY({n}, {kind[n]})", 1 + 2 * (kind[n] == "split")) for n in BINARY if keep(n)]
+    entries += [(f"MA_TERNARY({n}, plain)", 1 + (COST.get(n, 1) > 1)) for n in TERNARY if keep(n)]
     gated = [(f"MA_GATED({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 6 + 3 * (kind[af] == "split"))
              for f, b, af, ab in family_bodies() if keep(f)]
     bias = [(f"MA_BIAS({f}, {b}, {af}, {ab}, {kind[af]}, {kind[ab]})", 4 + 2 * (kind[af] == "split"))
@@ -400,6 +417,7 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
 _SIGS = {
     "unary": "void {s}(const {t} *x, {t} *y, size_t n, const ma_params *p);",
     "binary": "void {s}(const {t} *dy, const {t} *x, {t} *dx, size_t n, const ma_params *p);",
+    "ternary": "void {s}(const {t} *g, const {t} *dy, const {t} *x, {t} *out, size_t n, const ma_params *p);",
     "prelu": "void {s}(const {t} *dy, const {t} *x, {t} *y, size_t outer, size_t c, size_t inner, "
              "const float *w, int nthreads);",
     "prelu_weight_grad": "void {s}(const {t} *dy, const {t} *x, size_t outer, size_t c, size_t inner, double *acc);",

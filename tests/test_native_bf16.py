@@ -51,6 +51,7 @@ ALL = np.arange(1 << 16, dtype=np.uint16)
 # every pattern, then 13 more: a tail after the vector steps, and misaligned by one element from the start
 BITS = np.concatenate([ALL, ALL[12345:12358]])
 DY = f32_bits_to_bf16(np.random.default_rng(5).standard_normal(BITS.size).astype(np.float32) * 3)
+G = f32_bits_to_bf16(np.random.default_rng(6).standard_normal(BITS.size).astype(np.float32))  # backward2's g
 
 
 def _nan16(b: np.ndarray) -> np.ndarray:
@@ -95,7 +96,8 @@ def test_conversions_follow_the_rule():
 def _elementwise_rows():
     seen, rows = set(), []
     for k in K.table():
-        if k.dtype == "bfloat16" and k.isa in ISAS and k.signature in ("unary", "binary") and k.symbol not in seen:
+        if (k.dtype == "bfloat16" and k.isa in ISAS and k.signature in ("unary", "binary", "ternary")
+                and k.symbol not in seen):
             seen.add(k.symbol)
             rows.append(k)
     return rows
@@ -103,8 +105,9 @@ def _elementwise_rows():
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_every_pattern_through_every_elementwise_kernel(isa):
-    """All 65,536 patterns (and a tail) as x, a fixed bfloat16 dy: the bits of the float32 kernel, rounded."""
-    x32, dy32 = bf16_bits_to_f32(BITS), bf16_bits_to_f32(DY)
+    """All 65,536 patterns (and a tail) as x, a fixed bfloat16 dy (and g): the bits of the float32 kernel,
+    rounded."""
+    x32, dy32, g32 = bf16_bits_to_f32(BITS), bf16_bits_to_f32(DY), bf16_bits_to_f32(G)
     out16, out32 = np.empty_like(BITS), np.empty(BITS.size, np.float32)
     bad = []
     for k in [k for k in _elementwise_rows() if k.isa == isa]:
@@ -115,6 +118,11 @@ def test_every_pattern_through_every_elementwise_kernel(isa):
             if k.signature == "unary":
                 f16(ffi.from_buffer("uint16_t[]", b), ffi.from_buffer("uint16_t[]", out16), b.size, p)
                 f32(ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", out32), b.size, p)
+            elif k.signature == "ternary":
+                f16(ffi.from_buffer("uint16_t[]", G[start:]), ffi.from_buffer("uint16_t[]", DY[start:]),
+                    ffi.from_buffer("uint16_t[]", b), ffi.from_buffer("uint16_t[]", out16), b.size, p)
+                f32(ffi.from_buffer("float[]", g32[start:]), ffi.from_buffer("float[]", d),
+                    ffi.from_buffer("float[]", x), ffi.from_buffer("float[]", out32), b.size, p)
             else:
                 f16(ffi.from_buffer("uint16_t[]", DY[start:]), ffi.from_buffer("uint16_t[]", b),
                     ffi.from_buffer("uint16_t[]", out16), b.size, p)

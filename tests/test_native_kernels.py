@@ -38,7 +38,7 @@ EXTRA_CASES = {
 }
 
 
-def _rows(signatures=("unary", "binary")):
+def _rows(signatures=("unary", "binary", "ternary")):
     """The float32 and float16 kernels (bfloat16's: test_native_bf16.py, bit for bit against float32's)."""
     seen, out = set(), []
     for k in K.table():
@@ -51,6 +51,8 @@ def _rows(signatures=("unary", "binary")):
 
 def _params(k) -> list[dict]:
     spec = OPS[k.op]
+    if k.op == "prelu":
+        return [{"weight": 0.25}]  # backward2 only (its own signature otherwise): f'' is 0 whatever the weight
     cases = C.key_cases(spec, k.key) + list(EXTRA_CASES.get(k.op, ()))
     if k.direction == "backward_y":
         cases = [c for c in cases if spec.supports_y(spec.validate(c))]
@@ -82,8 +84,20 @@ def _inputs(k, p: dict, n: int = 600):
     return x, dy
 
 
+def _g_of(dy):
+    """backward2's upstream gradient: elementwise in dy, so a slice of the inputs slices it too."""
+    return dy * dy.dtype.type(-0.7) + dy.dtype.type(0.25)
+
+
 def _check(k, p, got, x, dy):
     spec = OPS[k.op]
+    if k.direction == "backward2":
+        g, rp = _g_of(dy), p
+        if k.op == "prelu":
+            rp, g, dy, x, got = {"weight": np.array([[0.25]]), "axis": 1}, *(a.reshape(-1, 1) for a in (g, dy, x, got))
+        ref = C.backward2_reference(spec, rp, k.dtype, g, dy, x)
+        return C.compare(got, ref, x, C.backward2_tolerance(spec), "backward", params=p,
+                         scale=g.astype(np.float64) * dy, zero_sign=C.backward2_zero_sign(spec, rp, k.dtype, g, dy, x))
     if k.direction == "forward":
         ref = C.reference(spec, "forward", p, k.dtype, x)
         return C.compare(got, ref, x, spec, "forward", params=p)
@@ -97,6 +111,8 @@ def _check(k, p, got, x, dy):
 def _run(k, p, x, dy, out=None):
     if k.direction == "forward":
         return _call(k, p, x, out=out)
+    if k.direction == "backward2":
+        return _call(k, p, _g_of(dy), dy, x, out=out)
     return _call(k, p, dy, x, out=out)
 
 
@@ -120,7 +136,7 @@ def test_every_public_op_has_all_its_kernels():
         for dtype in K.DTYPES:
             have = {k.direction for k in K.table() if k.op == op and k.dtype == dtype}
             want = {"forward", "backward"} | ({"backward_y"} if spec.backward_y else set()) | (
-                {"param_grad"} if spec.param_grad else set())
+                {"param_grad"} if spec.param_grad else set()) | ({"backward2"} if spec.backward2 else set())
             assert have == want, (op, dtype)
 
 
@@ -161,6 +177,8 @@ def test_in_place_equals_out_of_place(isa, dtype):
         buf = (x if k.direction == "forward" else dy).copy()
         if k.direction == "forward":
             _call(k, p, buf, out=buf)
+        elif k.direction == "backward2":
+            _call(k, p, _g_of(buf), buf, x, out=buf)
         else:
             _call(k, p, buf, x, out=buf)
         np.testing.assert_array_equal(buf, want, err_msg=k.symbol)
@@ -206,7 +224,8 @@ def test_exponential_tails_keep_relative_accuracy(isa):
 
 def test_costs_name_real_kernels_and_scale_the_threading_threshold():
     """Expensive kernels go parallel at fewer elements: the threshold is on elements x cost."""
-    assert set(K.COST) <= set(K.UNARY) | set(K.BINARY) | set(K.GATED) | set(K.BIAS) | {"swish_beta_grad"}
+    listed = set(K.UNARY) | set(K.BINARY) | set(K.TERNARY) | set(K.GATED) | set(K.BIAS)
+    assert set(K.COST) <= listed | {"swish_beta_grad"}
     n = lib.ma_get_parallel_min() // 8  # below the minimum as elements, above it as gelu's work
     assert lib.ma_chunks_for(n, 1, 2) == 1
     assert lib.ma_chunks_for(n, K.COST["gelu"], 2) > 1

@@ -71,6 +71,9 @@ void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, uns
                   float a, float b, float c, float d, int nthreads);
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
                    float a, float b, float c, float d, int nthreads);
+/* A second derivative (g, u = dy, v = x): the binary call's rules with a third input. */
+void ma_run_ternary(void *fn, const void *g, const void *u, const void *v, void *out, size_t n, size_t elsize,
+                    unsigned cost, float a, float b, float c, float d, int nthreads);
 /* The same calls for the tensor hot path: one resolved kernel (fn, elsize, cost and its parameters a..d,
  * built once per cached call) and the arrays as plain addresses of contiguous memory, which cffi converts
  * from Python ints without building a cdata per array (ffi.from_buffer, ffi.cast: the slow parts). */

@@ -133,6 +133,7 @@ size_t ma_get_parallel_min(void) { return parallel_min; }
 
 typedef void (*unary_fn)(const void *, void *, size_t, const ma_params *);
 typedef void (*binary_fn)(const void *, const void *, void *, size_t, const ma_params *);
+typedef void (*ternary_fn)(const void *, const void *, const void *, void *, size_t, const ma_params *);
 
 size_t ma_chunks_for(size_t n, unsigned cost, int nthreads) {
     size_t work = n > SIZE_MAX / 64 ? SIZE_MAX : n * (cost ? cost : 1);
@@ -153,7 +154,7 @@ static void cut(size_t n, size_t c, size_t i, size_t *lo, size_t *hi) {
 
 typedef struct {
     void *fn;
-    const char *u, *v;
+    const char *u, *v, *w; /* w: a ternary kernel's third input (its first two are u, v), else NULL */
     char *out;
     size_t n, chunks, elsize;
     ma_params p;
@@ -165,21 +166,26 @@ typedef struct {
 #define MA_BOUNCE 1024
 static void run_span(const ew_job *j, size_t lo, size_t hi) {
     size_t e = j->elsize, n = hi - lo;
-    const char *u = j->u + lo * e, *v = j->v ? j->v + lo * e : NULL;
+    const char *u = j->u + lo * e, *v = j->v ? j->v + lo * e : NULL, *w = j->w ? j->w + lo * e : NULL;
     char *out = j->out + lo * e;
     if (n == 0) return;
-    if (((uintptr_t)u % e | (uintptr_t)(v ? v : u) % e | (uintptr_t)out % e) == 0) {
-        if (v) ((binary_fn)j->fn)(u, v, out, n, &j->p);
+    if (((uintptr_t)u % e | (uintptr_t)(v ? v : u) % e | (uintptr_t)(w ? w : u) % e | (uintptr_t)out % e) == 0) {
+        if (w) ((ternary_fn)j->fn)(u, v, w, out, n, &j->p);
+        else if (v) ((binary_fn)j->fn)(u, v, out, n, &j->p);
         else ((unary_fn)j->fn)(u, out, n, &j->p);
         return;
     }
     ma_params p = j->p;
     p.stream = 0;
-    _Alignas(64) char bu[MA_BOUNCE * 4], bv[MA_BOUNCE * 4], by[MA_BOUNCE * 4];
+    _Alignas(64) char bu[MA_BOUNCE * 4], bv[MA_BOUNCE * 4], bw[MA_BOUNCE * 4], by[MA_BOUNCE * 4];
     for (size_t i = 0; i < n; i += MA_BOUNCE) {
         size_t m = n - i < MA_BOUNCE ? n - i : MA_BOUNCE;
         memcpy(bu, u + i * e, m * e);
-        if (v) {
+        if (w) {
+            memcpy(bv, v + i * e, m * e);
+            memcpy(bw, w + i * e, m * e);
+            ((ternary_fn)j->fn)(bu, bv, bw, by, m, &p);
+        } else if (v) {
             memcpy(bv, v + i * e, m * e);
             ((binary_fn)j->fn)(bu, bv, by, m, &p);
         } else {
@@ -196,15 +202,21 @@ static void span_chunk(void *ctx, size_t i) {
     run_span(j, lo, hi);
 }
 
-/* One elementwise call (v = NULL: unary): on this thread, or in chunks on the pool. */
-static void run_job(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
-                    float a, float b, float c, float d, int nthreads) {
-    ew_job j = {fn, u, v, out, n, ma_chunks_for(n, cost, nthreads), elsize, {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
+/* One elementwise call (v = NULL: unary; w given: ternary): on this thread, or in chunks on the pool. */
+static void run_job3(void *fn, const void *u, const void *v, const void *w, void *out, size_t n, size_t elsize,
+                     unsigned cost, float a, float b, float c, float d, int nthreads) {
+    ew_job j = {fn, u, v, w, out, n, ma_chunks_for(n, cost, nthreads), elsize,
+                {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
     if (j.chunks <= 1) {
         run_span(&j, 0, n);
         return;
     }
     ma_parallel_for(j.chunks, span_chunk, &j, nthreads);
+}
+
+static void run_job(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
+                    float a, float b, float c, float d, int nthreads) {
+    run_job3(fn, u, v, NULL, out, n, elsize, cost, a, b, c, d, nthreads);
 }
 
 void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, unsigned cost,
@@ -215,6 +227,11 @@ void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, uns
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
                    float a, float b, float c, float d, int nthreads) {
     run_job(fn, u, v, out, n, elsize, cost, a, b, c, d, nthreads);
+}
+
+void ma_run_ternary(void *fn, const void *g, const void *u, const void *v, void *out, size_t n, size_t elsize,
+                    unsigned cost, float a, float b, float c, float d, int nthreads) {
+    run_job3(fn, g, u, v, out, n, elsize, cost, a, b, c, d, nthreads);
 }
 
 void ma_call_unary(const ma_call *k, uintptr_t x, uintptr_t y, size_t n, int nthreads) {
