@@ -95,16 +95,17 @@ def test_the_sample_runs_every_signature_and_both_kinds_of_loop():
     bodies = {f: af for f, _, af, _ in K.family_bodies() + K.bias_bodies()}
     bodies.update({b: af for _, b, af, _ in K.family_bodies() + K.bias_bodies()})
     rows = {(k.signature, k.direction, k.cname) for k in K.table("x86_64") if k.isa == "scalar"}
-    listed = [(sig, d, n) for sig, d, n in rows if n in set(K.UNARY) | set(K.BINARY) | set(K.GATED) | set(K.BIAS)]
+    lists = set(K.UNARY) | set(K.BINARY) | set(K.TERNARY) | set(K.GATED) | set(K.BIAS)
+    listed = [(sig, d, n) for sig, d, n in rows if n in lists]
     for group in {(sig, d, bodies.get(n, n) in split) for sig, d, n in listed}:
         assert any((sig, d, bodies.get(n, n) in split) == group for sig, d, n in listed if n in sample), group
     for f, b, _, _ in K.family_bodies() + K.bias_bodies():
         assert (f in sample) == (b in sample), f
     assert len(sample) < len(listed) / 4
     header = K.x_macro_header(only=sample)  # the harness's kernel list: the sample and nothing else
-    elementwise = [n for n in sample if n in K.UNARY or n in K.BINARY]
-    assert all(f"({n}, " in header for n in elementwise)
-    assert header.count("MA_UNARY(") + header.count("MA_BINARY(") == len(elementwise)
+    elementwise = [n for n in sample if n in K.UNARY or n in K.BINARY or n in K.TERNARY]
+    assert all(f"({n}, " in header for n in elementwise) and any(n in K.TERNARY for n in sample)
+    assert header.count("MA_UNARY(") + header.count("MA_BINARY(") + header.count("MA_TERNARY(") == len(elementwise)
 
 
 def test_avx512_kernels_against_scalar_on_a_sample():

@@ -58,6 +58,20 @@ def test_served_kernels_are_the_extensions_bit_for_bit():
     assert checked >= 50
 
 
+def test_served_backward2_kernels_take_g_dy_and_x():
+    from multiact.backends import native_backend
+
+    x = A.bit_points(0, 1 << 32, (1 << 16) + 3, 5)
+    dy = np.full_like(x, np.float32(A.DY2))
+    g = np.linspace(-2, 2, x.size, dtype=np.float32)
+    for op in ("gelu", "silu", "leaky_relu"):
+        p = OPS[op].validate({})
+        key = OPS[op].kernel_key(p)
+        want = np.empty_like(x)
+        native_backend.kernel(key, "backward2", "float32", isa="avx2")(g, dy, x, want, p)
+        assert _same(AVX2.run(key, "backward2", p, g, dy, x), want), op
+
+
 def test_a_sweep_through_the_server_judges_as_the_native_one():
     from multiact.backends import native_backend
 

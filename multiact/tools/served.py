@@ -56,11 +56,12 @@ class ServedISA:
         return proc
 
     def run(self, key: str, direction: str, p: dict[str, Any], *ins: np.ndarray) -> np.ndarray:
-        """The ISA's float32 kernel for (key, direction) on ins (x; or dy and x, or dy and y), p validated."""
+        """The ISA's float32 kernel for (key, direction) on ins (x; dy and x, or dy and y; backward2: g, dy and x),
+        p validated."""
         from ..backends import native_backend
 
         cname, _, signature, names, _ = native_backend.entry(key, direction, "float32")  # the host's row
-        if signature not in ("unary", "binary"):
+        if signature not in ("unary", "binary", "ternary"):
             raise NotImplementedError(f"{self.label}: the {signature} kernel {cname} is not served")
         vals = [float(np.float32(p[n])) for n in names] + [0.0] * (4 - len(names))
         n = ins[0].size

@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from multiact.consistency import backward2_tolerance  # noqa: E402
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, OPS  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("_kernels", ROOT / "native" / "kernels.py")
@@ -27,8 +28,8 @@ spec.loader.exec_module(K)
 
 # One parameter set per op for the harness: its definition's first suite case (defaults where it has none).
 PARAMS = {op: dict(spec.defn.cases[0]) if spec.defn.cases else {} for op, spec in OPS.items()}
-SIG = {"unary": 0, "binary": 1}
-DIR = {"forward": 0, "backward": 1, "backward_y": 2}
+SIG = {"unary": 0, "binary": 1, "ternary": 2}
+DIR = {"forward": 0, "backward": 1, "backward_y": 2, "backward2": 3}
 DT = {"float32": 0, "float16": 1, "bfloat16": 2}  # harness.c's DT_*
 # the harness build's kernels (main sets them: kernels.py's harness_selection)
 BF16: frozenset[str] | None = None
@@ -87,8 +88,10 @@ def main(isa: str, arch: str, out: str | None = None, sample: bool = False) -> N
         op = OPS[k.op]
         p = op.validate({**PARAMS.get(k.op, {}), **op.defn.selecting(k.key)})
         vals = [float(p[n]) for n in K.params_of(k.cname)] + [0.0] * 4
-        tol = op.tol
-        atol = {"forward": tol.fwd_atol, "backward": tol.bwd_atol, "backward_y": tol.y_atol}[k.direction]
+        # backward2: the suite's wider bound (consistency.backward2_tolerance), judged on |g * dy|
+        tol = (backward2_tolerance(op) if k.direction == "backward2" else op).tol
+        atol = {"forward": tol.fwd_atol, "backward": tol.bwd_atol, "backward_y": tol.y_atol,
+                "backward2": tol.bwd_atol}[k.direction]
         ulp = tol.ulp32 if k.dtype == "float32" else tol.ulp16  # bfloat16: as many of its own ulps
         # the scalar forward gives a backward_y its input y (other rows do not call it)
         fwd = "NULL"

@@ -30,9 +30,9 @@
 enum { DT_F32, DT_F16, DT_BF16 };
 typedef struct {
     const char *name;
-    int sig;     /* 0 unary, 1 binary */
+    int sig;     /* 0 unary, 1 binary, 2 ternary (backward2: g, dy, x) */
     int dt;      /* DT_* */
-    int dir;     /* 0 forward, 1 backward, 2 backward_y */
+    int dir;     /* 0 forward, 1 backward, 2 backward_y, 3 backward2 */
     void *fn, *ref, *fwd_ref;
     void *fn32, *ref32; /* bfloat16: the float32 kernels of the same name (ISA, scalar); else NULL */
     float params[4];
@@ -68,10 +68,12 @@ typedef void (*un_f32)(const float *, float *, size_t, const ma_params *);
 typedef void (*bin_f32)(const float *, const float *, float *, size_t, const ma_params *);
 typedef void (*un_f16)(const uint16_t *, uint16_t *, size_t, const ma_params *);
 typedef void (*bin_f16)(const uint16_t *, const uint16_t *, uint16_t *, size_t, const ma_params *);
+typedef void (*ter_f32)(const float *, const float *, const float *, float *, size_t, const ma_params *);
+typedef void (*ter_f16)(const uint16_t *, const uint16_t *, const uint16_t *, uint16_t *, size_t, const ma_params *);
 
 #define N 1400
 #define GUARD 64 /* elements after each output that no call may write */
-static float X[N], DY[N];
+static float X[N], DY[N], G2[N]; /* G2: backward2's upstream g */
 static int clobbered; /* calls that wrote past their n elements */
 
 /* storage <-> float for the half types; q(): a float rounded to the storage type */
@@ -110,6 +112,7 @@ static void make_inputs(void) {
     for (size_t i = 0; k < 500; i++, k++) X[k] = -30.0f + 60.0f * (float)i / 465.0f;
     for (; k < N; k++) X[k] = (float)(nrand() * 3.0);
     for (size_t i = 0; i < N; i++) DY[i] = (float)(nrand() * 2.0);
+    for (size_t i = 0; i < N; i++) G2[i] = i % 61 == 7 ? -0.0f : (float)nrand();
 }
 
 static float spacing32(float v) {
@@ -135,11 +138,11 @@ static float spacing_dt(int dt, float v) { return dt == DT_F32 ? spacing32(v) : 
 static float eps_dt(int dt) { return dt == DT_F32 ? 0x1p-23f : dt == DT_F16 ? 0x1p-10f : 0x1p-7f; }
 static float tiny_dt(int dt) { return dt == DT_F16 ? 0x1p-14f : 1.17549435e-38f; }
 
-static int close_enough(const hk_t *k, float got, float want, float x, float dy) {
+static int close_enough(const hk_t *k, float got, float want, float x, float dy, float g) {
     if (isnan(want) || isnan(got)) return isnan(want) && isnan(got);
     if (isinf(want) || isinf(got)) return got == want;
     float eps = eps_dt(k->dt), tiny = tiny_dt(k->dt);
-    float scale = k->dir == 0 ? fabsf(x) : k->dir == 1 ? fabsf(dy) : fabsf(dy * x);
+    float scale = k->dir == 0 ? fabsf(x) : k->dir == 1 ? fabsf(dy) : k->dir == 2 ? fabsf(dy * x) : fabsf(g * dy);
     if (!isfinite(scale)) scale = 0.0f;
     double bound = (double)k->ulp * spacing_dt(k->dt, want) + (double)k->atol * eps * scale;
     if (fabsf(want) < tiny && bound < tiny) bound = tiny;
@@ -155,14 +158,17 @@ static void run_at(const hk_t *k, int dt, void *fn, const float *x, const float 
     ma_params p = {k->params[0], k->params[1], k->params[2], k->params[3], stream};
     static _Alignas(64) float fo[N + 16 + GUARD];
     static _Alignas(64) uint16_t ho[N + 16 + GUARD];
-    static uint16_t hx[N], hd[N];
+    static uint16_t hx[N], hd[N], hg[N];
+    static float gq[N]; /* G2 in the kernel's storage type (a float32 twin of a half kernel takes it rounded) */
     const uint16_t hs = 0x7e5a;
     const float fs = -1234.5f;
     if (dt == DT_F32) {
         float *o = fo + shift;
         for (size_t i = n; i < n + GUARD; i++) o[i] = fs;
+        for (size_t i = 0; i < n; i++) gq[i] = q(k->dt, G2[i]);
         if (k->sig == 0) ((un_f32)fn)(x, o, n, &p);
-        else ((bin_f32)fn)(dy, x, o, n, &p);
+        else if (k->sig == 1) ((bin_f32)fn)(dy, x, o, n, &p);
+        else ((ter_f32)fn)(gq, dy, x, o, n, &p);
         for (size_t i = n; i < n + GUARD; i++)
             if (memcmp(&o[i], &fs, 4) != 0) {
                 clobbered++;
@@ -172,10 +178,11 @@ static void run_at(const hk_t *k, int dt, void *fn, const float *x, const float 
         return;
     }
     uint16_t *o = ho + shift;
-    for (size_t i = 0; i < n; i++) hx[i] = enc(dt, x[i]), hd[i] = enc(dt, dy[i]);
+    for (size_t i = 0; i < n; i++) hx[i] = enc(dt, x[i]), hd[i] = enc(dt, dy[i]), hg[i] = enc(dt, G2[i]);
     for (size_t i = n; i < n + GUARD; i++) o[i] = hs;
     if (k->sig == 0) ((un_f16)fn)(hx, o, n, &p);
-    else ((bin_f16)fn)(hd, hx, o, n, &p);
+    else if (k->sig == 1) ((bin_f16)fn)(hd, hx, o, n, &p);
+    else ((ter_f16)fn)(hg, hd, hx, o, n, &p);
     for (size_t i = n; i < n + GUARD; i++)
         if (o[i] != hs) {
             clobbered++;
@@ -221,7 +228,7 @@ static int check_elementwise(const hk_t *k) {
     run(k, k->fn, xin, N, got);
     for (size_t i = 0; i < N; i++) {
         float dyv = q(k->dt, DY[i]);
-        if (!close_enough(k, got[i], want[i], xin[i], dyv)) {
+        if (!close_enough(k, got[i], want[i], xin[i], dyv, q(k->dt, G2[i]))) {
             if (bad < 3)
                 printf("  %s: x=%.9g dy=%.9g got %.9g, scalar %.9g\n", k->name, xin[i], dyv, got[i], want[i]);
             bad++;
@@ -696,8 +703,8 @@ static int check_bias_y(const hby_t *k) {
 /* --serve: the float32 kernels of this build for the accuracy sweeps of an ISA the host cannot run
  * (multiact/tools/served.py; NEON under qemu-aarch64).  A request on stdin is a line "SYMBOL N A B C D" (the
  * packed parameters as C floats, hexadecimal allowed) and then N float32 inputs, 2N for a binary kernel (dy,
- * then x or y); the answer on stdout is the N outputs.  Ends at the end of input; exit status 1 on a symbol
- * it lacks or a short read, with the reason on stderr. */
+ * then x or y), 3N for a ternary one (g, dy, x); the answer on stdout is the N outputs.  Ends at the end of
+ * input; exit status 1 on a symbol it lacks or a short read, with the reason on stderr. */
 static int serve(void) {
     char sym[160];
     size_t n, cap = 0;
@@ -713,7 +720,7 @@ static int serve(void) {
         size_t need = n * (size_t)(k->sig + 1);
         if (n > cap) {
             free(in), free(out);
-            in = malloc(2 * n * sizeof *in), out = malloc(n * sizeof *out), cap = n;
+            in = malloc(3 * n * sizeof *in), out = malloc(n * sizeof *out), cap = n;
             if (!in || !out) {
                 fprintf(stderr, "harness --serve: no memory for %zu points\n", n);
                 return 1;
@@ -727,7 +734,8 @@ static int serve(void) {
         memset(&p, 0, sizeof p);
         p.a = a, p.b = b, p.c = c, p.d = d;
         if (k->sig == 0) ((un_f32)k->fn)(in, out, n, &p);
-        else ((bin_f32)k->fn)(in, in + n, out, n, &p);
+        else if (k->sig == 1) ((bin_f32)k->fn)(in, in + n, out, n, &p);
+        else ((ter_f32)k->fn)(in, in + n, in + 2 * n, out, n, &p);
         if (fwrite(out, sizeof *out, n, stdout) != n || fflush(stdout)) return 1;
     }
     free(in), free(out);
