@@ -487,7 +487,7 @@ def test_explicit_backend_without_backward2_is_an_error():
         if info.available and "numpy" in info.kinds and not mod.supports("gelu", "backward2", "float32"):
             with pytest.raises(BackendError, match="backward2"):
                 ma.backward2("gelu", x, x, x, backend=info.name)
-    chosen = registry.select("gelu", "backward2", "float32", "numpy", None)[0].NAME  # numba where it runs
+    chosen = registry.select("gelu", "backward2", "float32", "numpy", None)[0].NAME  # native or numba where they run
     np.testing.assert_array_equal(ma.backward2("gelu", x, x, x, backend=chosen), ma.backward2("gelu", x, x, x))
     np.testing.assert_allclose(ma.backward2("gelu", x, x, x, backend="numpy"), ma.backward2("gelu", x, x, x),
                                rtol=1e-6, atol=1e-7)
