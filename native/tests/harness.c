@@ -165,10 +165,12 @@ static void run_at(const hk_t *k, int dt, void *fn, const float *x, const float 
     if (dt == DT_F32) {
         float *o = fo + shift;
         for (size_t i = n; i < n + GUARD; i++) o[i] = fs;
-        for (size_t i = 0; i < n; i++) gq[i] = q(k->dt, G2[i]);
         if (k->sig == 0) ((un_f32)fn)(x, o, n, &p);
         else if (k->sig == 1) ((bin_f32)fn)(dy, x, o, n, &p);
-        else ((ter_f32)fn)(gq, dy, x, o, n, &p);
+        else {
+            for (size_t i = 0; i < n; i++) gq[i] = q(k->dt, G2[i]);
+            ((ter_f32)fn)(gq, dy, x, o, n, &p);
+        }
         for (size_t i = n; i < n + GUARD; i++)
             if (memcmp(&o[i], &fs, 4) != 0) {
                 clobbered++;
