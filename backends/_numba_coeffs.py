@@ -6,7 +6,7 @@ float64 values Python floats, which numba freezes as typed constants.  Errors ar
 script against mpmath, for the table as the comment says.
 """
 
-# fit_coefficients.py inputs sha256 e976d5d3ed420281bc1876e321ffe2639a3f824417db960458156ad1934273c3
+# fit_coefficients.py inputs sha256 5e0b833c70f2c030430af0457e4aae8764ef30000822cc38c3d0a167a6899a40
 # fit_coefficients.py outputs sha256 e24fc83f2941585d9735b2ea6d64102990882876b1de9ee45fb9ef98910ac15d
 
 import numpy as np

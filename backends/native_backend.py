@@ -10,8 +10,10 @@ in-place call never allocates a result-sized temporary.
 
 dtypes: float32, float16 and bfloat16 (ml_dtypes' NumPy dtype; its bits go to C as uint16): the half
 types are widened into float32 in registers, computed by the float32 bodies and rounded once to nearest
-even on the store (bfloat16: multiact.dtypes' rule, the same bits on every ISA).  float64 falls through
-to the next backend.
+even on the store (bfloat16: multiact.dtypes' rule, the same bits on every ISA).  float64: computed in
+float64 lanes for every kernel with a float64 body (native/kernels.py's float64_bodies: all but swish's beta
+gradient and prelu's forward and backward); for those float64 falls through to the next backend (the table has
+no such kernel).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ KINDS = ("numpy",)
 ISA_ENV = "MULTIACT_NATIVE_ISA"
 _PREFERENCE = ("avx512", "avx2", "neon", "scalar")  # best first
 _BLOCK = 1 << 14
-_ELSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
-_CTYPE = {"float32": "float[]", "float16": "uint16_t[]", "bfloat16": "uint16_t[]"}
+_ELSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+_CTYPE = {"float32": "float[]", "float16": "uint16_t[]", "bfloat16": "uint16_t[]", "float64": "double[]"}
 
 _state: dict[str, Any] = {}
 
@@ -195,7 +197,8 @@ def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
         (Python ints): entry(handle, x, y, n, nthreads), binary entry(handle, u, v, y, n, nthreads).  Built
         once per cached call by the tensor hot path, which then needs no ffi.from_buffer nor NumPy views."""
         a, b, c, d = const or pack(p)
-        block = {"fn": fn, "elsize": elsize, "cost": cost, "p": {"a": a, "b": b, "c": c, "d": d}}
+        block = {"fn": fn, "elsize": elsize, "cost": cost,
+                 "p": {"a": a, "b": b, "c": c, "d": d, "da": a, "db": b, "dc": c, "dd": d}}
         return entry, ffi.new("ma_call *", block)
 
     def strided(arrays, out, a, b, c, d):

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from functools import cache
 from typing import Any
 
 
@@ -32,6 +34,23 @@ F32_TINY = 2.0**-126
 F32_MAX = 3.4028234663852886e38  # float32's largest finite value
 SELU_ALPHA = 1.6732632423543772848170429916717  # PyTorch's (and ONNX's) selu constants
 SELU_SCALE = 1.0507009873554804934193349852946
+
+
+@cache
+def tanhshrink_series(nterms: int) -> tuple[float, ...]:
+    """Coefficients c_k of x - tanh(x) = sum_k c_k x^(2k+3), from Bernoulli numbers."""
+    # Akiyama-Tanigawa gives B_n exactly (B_1 = +1/2; only even n are used).
+    bern, a = [], []
+    for m in range(2 * nterms + 6):
+        a.append(Fraction(1, m + 1))
+        for j in range(m, 0, -1):
+            a[j - 1] = j * (a[j - 1] - a[j])
+        bern.append(a[0])
+    coeffs = []
+    for n in range(2, nterms + 2):  # tanh(x) = sum 2^2n (2^2n - 1) B_2n x^(2n-1) / (2n)!
+        c = Fraction(2 ** (2 * n) * (2 ** (2 * n) - 1)) * bern[2 * n] / math.factorial(2 * n)
+        coeffs.append(float(-c))
+    return tuple(coeffs)
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,11 @@ partial products (-0 + 0 = +0: tanhshrink's backward would be +0 for every dy).
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 from functools import cache
 
 import numpy as np
 
-from ._opdefs import SELU_ALPHA, SELU_SCALE  # the defaults of selu's parameters: one source
+from ._opdefs import SELU_ALPHA, SELU_SCALE, tanhshrink_series  # the defaults of selu's parameters: one source
 
 GELU_TANH_K = math.sqrt(2.0 / math.pi)
 GELU_TANH_C = 0.044715
@@ -456,21 +455,7 @@ def mish_grad(dy, x):
 # ---- tanhshrink: x - tanh(x) cancels near 0, so a series there -------------------
 
 
-@cache
-def _tanhshrink_series(nterms: int) -> tuple[float, ...]:
-    """Coefficients c_k of x - tanh(x) = sum_k c_k x^(2k+3), from Bernoulli numbers."""
-    # Akiyama-Tanigawa gives B_n exactly (B_1 = +1/2; only even n are used).
-    bern, a = [], []
-    for m in range(2 * nterms + 6):
-        a.append(Fraction(1, m + 1))
-        for j in range(m, 0, -1):
-            a[j - 1] = j * (a[j - 1] - a[j])
-        bern.append(a[0])
-    coeffs = []
-    for n in range(2, nterms + 2):  # tanh(x) = sum 2^2n (2^2n - 1) B_2n x^(2n-1) / (2n)!
-        c = Fraction(2 ** (2 * n) * (2 ** (2 * n) - 1)) * bern[2 * n] / math.factorial(2 * n)
-        coeffs.append(float(-c))
-    return tuple(coeffs)
+_tanhshrink_series = tanhshrink_series  # (the definitions' series: native's float64 kernel reads it too)
 
 
 @np.errstate(all="ignore")

@@ -31,6 +31,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +148,8 @@ class Table:
     measure: Callable[[np.ndarray], str]  # values -> the error statement
     scale: float = 1.0  # written values are scale * values (a power of two: checked exact)
     fitted: bool = True  # False: carried input or derived exactly
+    array: str | None = None  # native: also #define this name as the values' initializer list, in order
+    defines: tuple[tuple[str, float], ...] = ()  # native: constants that say where the table applies
 
     def values(self) -> tuple[np.ndarray, str]:
         v, note = self.make()
@@ -228,6 +231,84 @@ def _m_erfc(G, hi):
             f"(float32 t and Horner, no FMA; {x.size} points)")
 
 
+def _cheb_mono(f, deg: int) -> np.ndarray:
+    """float64 coefficients, in powers of s, of the degree-deg Chebyshev interpolant of f on s in [-1, 1]: the
+    values at deg + 1 first-kind nodes, the series and its monomial form all in mpmath, so that a float64 table's
+    only rounding is each coefficient's own (a float64 least squares would add its conditioning noise)."""
+    mp = _mp()
+    n = deg + 1
+    th = [mp.pi * (k + mp.mpf(1) / 2) / n for k in range(n)]
+    fs = [f(mp.cos(t)) for t in th]
+    cheb = [2 * mp.fsum(fk * mp.cos(j * t) for fk, t in zip(fs, th, strict=True)) / n for j in range(n)]
+    cheb[0] /= 2
+    mono, t_prev, t_cur = [mp.mpf(0)] * n, [mp.mpf(0)] * n, [mp.mpf(1)] + [mp.mpf(0)] * (n - 1)  # T_-1, T_0
+    t_prev[1] = mp.mpf(1)  # T_-1 = T_1 = s, so that T_1 = 2s T_0 - T_-1 (deg >= 1)
+    for j in range(n):
+        for i in range(n):
+            mono[i] += cheb[j] * t_cur[i]
+        t_prev, t_cur = t_cur, [2 * (t_cur[i - 1] if i else 0) - t_prev[i] for i in range(n)]
+    return np.array([float(c) for c in mono])
+
+
+def _erfcx(mp, a):
+    return mp.erfc(a) * mp.exp(a * a)
+
+
+# erfc(a) = e^(-a^2) erfcx(a) in float64 (ma_math64.h m64_erfc): erfcx on (lo, hi) as a polynomial in
+# s = (a - OFF) / HALF (exact: a - OFF by Sterbenz on each piece, HALF a power of two), then the asymptotic series.
+ERFCX64 = ((0.0, 2.0, 1.0, 1.0, 22), (2.0, 4.0, 3.0, 1.0, 18), (4.0, 8.0, 6.0, 2.0, 20))  # lo, hi, OFF, HALF, degree
+assert all(p[1] == q[0] for p, q in pairwise(ERFCX64)) and ERFCX64[0][0] == 0.0  # (m64_erfcx reads the HIs)
+ERFCX64_ASYM = 18  # terms of the asymptotic series, from the last piece's hi on
+_ASYM_FROM = ERFCX64[-1][1]
+
+
+def _fitted64_erfcx(off: float, half: float, deg: int):
+    def make():
+        return _cheb_mono(lambda s: _erfcx(_mp(), off + half * s), deg), ""
+
+    return make
+
+
+def _ulp64_err(got, want) -> float:
+    return float((np.abs(np.asarray(got) - want) / np.spacing(np.abs(want))).max())
+
+
+def _m_erfcx64(lo, hi, off, half):
+    def measure(C):
+        a = np.linspace(lo, hi, 20001)
+        want = ref("erfcx64", _erfcx, a)
+        return (f"max error {_ulp64_err(horner64(C, (a - off) / half), want):.3g} float64 ulps of erfcx(a), a in "
+                f"[{lo:g}, {hi:g}] (float64 Horner, no FMA; {a.size} points)")
+
+    return measure
+
+
+def _asym_terms(n: int) -> np.ndarray:
+    """(-1)^k (2k-1)!! / 2^k, k < n: erfcx(a) a sqrt(pi) = sum A_k / a^(2k)."""
+    c, out = 1.0, []
+    for k in range(n):
+        out.append(c)
+        c *= -(2 * k + 1) / 2
+    return np.array(out)
+
+
+_INV_SQRTPI = 0.5641895835477563  # 1 / sqrt(pi) rounded to float64 (checked where the table is measured)
+
+
+def _m_erfc_asym(A):
+    mp = _mp()
+    assert _INV_SQRTPI == float(1 / mp.sqrt(mp.pi))
+    a = np.linspace(_ASYM_FROM, 27.3, 20001)
+    want = ref("erfcx64", _erfcx, a)
+    r = 1.0 / a
+    got = _INV_SQRTPI * r * horner64(A, r * r)
+    first_left_out = abs(float(_asym_terms(len(A) + 1)[-1])) / _ASYM_FROM ** (2 * len(A))
+    return (f"the first term left out is below {first_left_out:.2g} relative at a = {_ASYM_FROM:g} (the series' "
+            f"remainder is bounded by it); max error {_ulp64_err(got, want):.3g} float64 ulps of erfcx(a) = "
+            f"M64_INV_SQRTPI A(1 / a^2) / a, a in [{_ASYM_FROM:g}, 27.3] (float64, no FMA; {a.size} points; mpmath at "
+            f"{mp.mp.dps} digits)")
+
+
 _FAST_HI = 8.49  # gelu's fast paths: |x| <= 12, so a = |x| / sqrt2 <= 8.49
 
 NATIVE = [
@@ -264,6 +345,19 @@ NATIVE = [
           f"fitted: G of degree 9 on {NODES} Chebyshev nodes of t in [-1, {(_FAST_HI - 2) / (_FAST_HI + 2):.4f}] "
           "(a <= 8.49), relative to G, then multiplied by 0.5 (exact)",
           _fitted32(_f(_g_of_t), -1.0, (_FAST_HI - 2) / (_FAST_HI + 2), 9), lambda G: _m_erfc(G, _FAST_HI), scale=0.5),
+    *(Table("native", _names(f"M64_ERFCX{i}_", deg + 1),
+            f"erfcx(a) = erfc(a) e^(a^2), a in [{lo:g}, {hi:g}], as a polynomial in s = (a - {off:g}) / {half:g}: "
+            "m64_erfcx (float64 gelu, ma_math64.h)", "f64",
+            f"fitted: the degree-{deg} Chebyshev interpolant of erfcx on the piece, in mpmath, in powers of s",
+            _fitted64_erfcx(off, half, deg), _m_erfcx64(lo, hi, off, half), array=f"M64_ERFCX{i}",
+            defines=((f"M64_ERFCX{i}_HI", hi), (f"M64_ERFCX{i}_OFF", off), (f"M64_ERFCX{i}_INV_HALF", 1 / half)))
+      for i, (lo, hi, off, half, deg) in enumerate(ERFCX64)),
+    Table("native", _names("M64_ERFC_ASYM", ERFCX64_ASYM),
+          f"erfcx(a) a sqrt(pi) = sum A_k a^(-2k), a >= {_ASYM_FROM:g}: the asymptotic series, m64_erfcx's last piece",
+          "f64",
+          "derived: A_k = (-1)^k (2k - 1)!! / 2^k rounded to float64", lambda: (_asym_terms(ERFCX64_ASYM), ""),
+          _m_erfc_asym, fitted=False, array="M64_ERFC_ASYM",
+          defines=(("M64_ERFC_ASYM_FROM", _ASYM_FROM), ("M64_INV_SQRTPI", _INV_SQRTPI))),
 ]
 
 
@@ -393,8 +487,9 @@ def _scaled(t: Table, v: np.ndarray) -> np.ndarray:
 def value_lines(t: Table, v: np.ndarray) -> list[str]:
     """The lines that hold a table's values (what tests/test_coefficients.py compares after a refit)."""
     pairs = list(zip(t.names, _scaled(t, v), strict=True))
+    if t.lib == "native" and t.kind == "f64":
+        return [f"#define {n} ({_hex(x)}) /* {float(x):.17e} {_bits64(x)} */" for n, x in pairs]
     if t.lib == "native":
-        assert t.kind == "f32"
         return [f"#define {n} ({_hex(x)}f) /* {float(x):.9e} {_bits32(x)} */" for n, x in pairs]
     if t.kind == "f32":
         return [f"{n} = F32({float(x)!r})  # {_hex(x)}, bits {_bits32(x)}" for n, x in pairs]
@@ -447,21 +542,32 @@ def _stamped(text: str, marker: str, comment: str) -> str:
 _MARK = "@@STAMP@@"
 
 
+def _array_lines(t: Table) -> list[str]:
+    """#define <array> {name0, name1, ...}: the table as a C initializer, in index order; then its defines."""
+    consts = [f"#define {n} {_hex(v)} /* {v:g} */" for n, v in t.defines]
+    if not t.array:
+        return consts
+    rows = [", ".join(t.names[i : i + 6]) for i in range(0, len(t.names), 6)]
+    return [f"#define {t.array} {{ \\"] + [f"    {r}{',' if i < len(rows) - 1 else ''} \\" for i, r in
+                                            enumerate(rows)] + ["}"] + consts
+
+
 def render_c(tables: list[tuple[Table, np.ndarray, str, str]]) -> str:
     out = [
         "/* Generated by native/fit_coefficients.py: do not edit; rerun `python native/fit_coefficients.py`.",
         _MARK,
         " *",
         " * The polynomial and constant tables of the native float32 math (ma_math.h; ma_ops.h uses the",
-        " * tanhshrink one).  Values are C99 hex float literals (exact); each comment gives the value in",
-        " * decimal (%.9e, which round-trips to the same float) and its bit pattern.  Errors are measured",
+        " * tanhshrink one) and the float64 erfc's (M64_*, ma_math64.h).  Values are C99 hex float literals",
+        " * (exact); each comment gives the value in decimal (%.9e, or %.17e for a double: either round-trips)",
+        " * and its bit pattern.  Errors are measured",
         " * by that script against mpmath, for the table as the comment says (not for whole functions,",
         " * whose errors ma_math.h states). */",
         "#ifndef MA_COEFFS_H",
         "#define MA_COEFFS_H",
     ]
     for t, v, note, err in tables:
-        out += ["", "/*"] + _block(t, v, note, err, " * ") + [" */"] + value_lines(t, v)
+        out += ["", "/*"] + _block(t, v, note, err, " * ") + [" */"] + value_lines(t, v) + _array_lines(t)
     out += ["", "#endif", ""]
     return _stamped("\n".join(out), _MARK, " * ")
 

@@ -32,8 +32,11 @@ import re
 import sys
 from typing import NamedTuple
 
-# Storage dtypes: float16 and bfloat16 are loaded into float32, computed there and rounded once on the store.
-DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+# Storage dtypes: float16 and bfloat16 are loaded into float32, computed there and rounded once on the store;
+# float64 is computed in float64 lanes, by the elementwise bodies that have a float64 form (float64_bodies).
+DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+# The signatures that float64 has kernels of (ma_kernels64.inc).
+F64_SIGNATURES = ("unary", "binary", "ternary")
 ISAS_BY_ARCH = {"x86_64": ("scalar", "avx2", "avx512"), "aarch64": ("scalar", "neon")}
 ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
@@ -248,13 +251,37 @@ def cname(key: str, direction: str) -> str | None:
     return None
 
 
+def _src(name: str) -> str:
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "src", name)) as f:
+        return f.read()
+
+
+def float64_bodies() -> frozenset[str]:
+    """The C names whose bodies compile in float64 lanes: the op_<name> bodies (and MA_ZERO_GRAD2 lines) of
+    ma_ops.h and ma_ops2.h above their `#if !defined(MA_F64)` line (the bodies below it use float32 math), and
+    every one of ma_ops64.h (the float64 bodies of the exponential ops)."""
+    names: set[str] = set()
+    for header in ("ma_ops.h", "ma_ops2.h", "ma_ops64.h"):
+        head = _src(header).split("\n#if !defined(MA_F64)", 1)[0]
+        names.update(re.findall(r"^MA_INLINE V op_(\w+)\(", head, flags=re.M))
+        names.update(n + "_grad2" for n in re.findall(r"^MA_ZERO_GRAD2\((\w+)\)", head, flags=re.M))
+    return frozenset(names)
+
+
+def _has(dtype: str, name: str, sig: str, f64: frozenset[str]) -> bool:
+    """Whether the extension has kernel `name` (of signature sig) for dtype."""
+    return dtype != "float64" or (sig in F64_SIGNATURES and name in f64)
+
+
 def table(machine: str | None = None) -> list[Kernel]:
     """Every kernel in the extension for this architecture."""
+    f64 = float64_bodies()
     return [
         Kernel(op, key, direction, dtype, isa, name, symbol(name, dtype, isa), sig)
         for isa in isas(machine)
         for dtype in DTYPES
         for op, key, direction, name, sig in _rows()
+        if _has(dtype, name, sig, f64)
     ]
 
 
@@ -365,6 +392,21 @@ def harness_selection(sampled: bool, bf16_all: bool) -> tuple[frozenset[str] | N
     return (None if bf16_all and only is None else only if bf16_all else bf16_representatives(only)), only
 
 
+# Terms of x - tanh(x)'s series that float64's tanhshrink sums on |x| < 1 (the reference's float64 count: the
+# series converges like (2x / pi)^2 per term, 44 reach 1e-17 at |x| = 1).
+TANHSHRINK_TERMS_F64 = 44
+
+
+def series64_header() -> str:
+    """ma_series64.h: the float64 kernels' series coefficients, from the definitions (_opdefs.tanhshrink_series,
+    exact fractions rounded once), as hex floats."""
+    cs = _OPDEFS.tanhshrink_series(TANHSHRINK_TERMS_F64)
+    body = "".join(f"    {c.hex()}, /* {c!r} */\n" for c in cs)
+    return ("/* Generated from native/kernels.py: x - tanh(x) = sum_k c_k x^(2k+3), k < M64_TANHSHRINK_N */\n"
+            f"#define M64_TANHSHRINK_N {len(cs)}\nstatic const double m64_tanhshrink_c[M64_TANHSHRINK_N] = {{\n"
+            + body + "};\n")
+
+
 def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | None = None) -> str:
     """ma_kernel_list.h: the elementwise kernels for the C side, MA_UNARY(name, kind) / MA_BINARY(name,
     kind) / MA_TERNARY(name, plain) with kind `split` (has a fast path) or `plain`, and the gated kernels, each in
@@ -396,6 +438,9 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
         kept = [w for w in items if re.search(r"\(MA_[A-Z_]+\((\w+),", w).group(1) in bf16]
         return f"#define {name}_BF16 \\\n" + " \\\n".join(kept) + "\n"
     n_e, n_g = len(entries), len(entries) + len(gated)
+    f64 = float64_bodies()
+    f64_body = " \\\n".join(f"    MA_{sig.upper()}({n}, plain)" for sig in F64_SIGNATURES
+                              for n in _elementwise(sig) if n in f64 and only is None)  # the C harness: none
     lists_bf16 = (bf16_list("MA_KERNEL_LIST", wrapped[:n_e]) + bf16_list("MA_GATED_LIST", wrapped[n_e:n_g])
                   + bf16_list("MA_BIAS_LIST", wrapped[n_g:n_b]) + bf16_list("MA_BIAS_Y_LIST", wrapped[n_b:]))
     return (f"/* Generated from native/kernels.py; do not edit. */\n{guards}"
@@ -411,7 +456,9 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
             "/* MA_BIAS_Y(name, the activation's y body): bias_act's backward from y */\n"
             f"#define MA_BIAS_Y_LIST \\\n{ybody}\n"
             "/* The kernels whose bfloat16 versions are built (the extension: all) */\n"
-            f"{lists_bf16}")
+            f"{lists_bf16}"
+            "/* The float64 kernels (ma_kernels64.inc), one translation unit per ISA */\n"
+            f"#define MA_KERNEL_LIST_F64 \\\n{f64_body}\n")
 
 
 _SIGS = {
@@ -450,7 +497,7 @@ def declarations(machine: str | None = None) -> str:
     for k in table(machine):
         if k.symbol not in seen:
             seen.add(k.symbol)
-            t = "float" if k.dtype == "float32" else "uint16_t"
+            t = {"float32": "float", "float64": "double"}.get(k.dtype, "uint16_t")
             lines.append(_SIGS[k.signature].format(s=k.symbol, t=t))
     return "\n".join(lines) + "\n"
 

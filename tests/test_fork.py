@@ -1,4 +1,5 @@
-"""float64 (the numba backend's parallel loops) after fork(), and from threads, on each threading layer.
+"""float64 (the numba backend's parallel loops, native's pthread pool) after fork(), and from threads, on each
+threading layer.
 
 Each case runs in a fresh interpreter with a timeout: a child killed by GNU OpenMP or a fork Pool that
 never returns fails the test instead of hanging the suite.
@@ -29,14 +30,18 @@ import multiact as ma
 from multiact import registry
 
 X = np.linspace(-3, 3, 2**21)  # past the parallel threshold, also as the strided half
+W = np.array([0.25])
 
 
 def work(i):
     # elementwise results as bytes (serial and parallel loops give the same bits); a sum, whose order
     # of addition differs between them, rounded
     x = X[: 2**20] + i
+    # (prelu's forward and swish's beta grad: numba's float64 loops; the others native's kernels on its
+    # pthread pool)
     return (ma.gelu(x).tobytes(), ma.gelu_grad(np.ones_like(x), x).tobytes(), ma.tanh(X[::2] - i).tobytes(),
-            float(f"{ma.swish_beta_grad(np.ones_like(x), x, 1.5):.9g}"))
+            float(f"{ma.swish_beta_grad(np.ones_like(x), x, 1.5):.9g}"), ma.leaky_relu(x, 0.1).tobytes(),
+            ma.hardswish_grad(np.ones_like(x), X[::2] + i).tobytes(), ma.prelu(x, W, axis=0).tobytes())
 
 
 want = [work(i) for i in range(4)]
@@ -54,7 +59,8 @@ assert got == want, "fork Pool results differ"
 print("fork ok", flush=True)
 """
 
-# Four threads calling float64 ops past the parallel threshold at once.
+# Four threads calling float64 ops past the parallel threshold at once: gelu on native's pool, prelu on
+# numba's.
 THREADS = """
 import threading
 
@@ -64,14 +70,21 @@ import numpy as np
 import multiact as ma
 
 x = np.linspace(-3, 3, 2**17)
-want = ma.gelu(x)
+w = np.array([0.25])
+
+
+def both():
+    return np.concatenate([ma.gelu(x), ma.prelu(x, w, axis=0)])
+
+
+want = both()
 print("layer", numba.threading_layer(), flush=True)
 bad = []
 
 
 def body():
     for _ in range(30):
-        if not np.array_equal(ma.gelu(x), want):
+        if not np.array_equal(both(), want):
             bad.append(1)
 
 
@@ -135,7 +148,7 @@ def test_info_reports_layer_and_fork():
         import multiact as ma
         from multiact import registry
 
-        ma.gelu(np.linspace(-3, 3, 2**20))
+        ma.prelu(np.linspace(-3, 3, 2**20), np.array([0.25]), axis=0)  # numba's float64 loop starts its pool
         info = registry.module("numba").info()
         print(info["threading_layer"], "|", info["fork"], flush=True)
         if os.fork() == 0:

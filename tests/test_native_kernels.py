@@ -29,7 +29,7 @@ lib, ffi = native.lib, native.ffi
 K = native_kernels()
 ISAS = [isa for isa in K.isas() if lib.ma_isa_supported(isa.encode())]
 WIDTH = {"scalar": 1, "avx2": 8, "avx512": 16, "neon": 4}
-CT = {"float32": "float[]", "float16": "uint16_t[]"}
+CT = {"float32": "float[]", "float16": "uint16_t[]", "float64": "double[]"}
 # Parameter corners beyond the shared suite's: negative alpha (celu's exp of a positive
 # argument), tiny and large beta.
 EXTRA_CASES = {
@@ -39,7 +39,7 @@ EXTRA_CASES = {
 
 
 def _rows(signatures=("unary", "binary", "ternary")):
-    """The float32 and float16 kernels (bfloat16's: test_native_bf16.py, bit for bit against float32's)."""
+    """The float32, float16 and float64 kernels (bfloat16's: test_native_bf16.py, bit for bit against float32's)."""
     seen, out = set(), []
     for k in K.table():
         if (k.signature in signatures and k.isa in ISAS and k.dtype != "bfloat16"
@@ -60,8 +60,10 @@ def _params(k) -> list[dict]:
 
 
 def _pack(k, p: dict):
-    vals = [float(np.float32(p[n])) for n in K.params_of(k.cname)]
-    return ffi.new("ma_params *", vals + [0.0] * (4 - len(vals)))
+    """ma_params as the runtime fills it: a..d rounded to float32, da..dd as given (the float64 kernels')."""
+    vals = [float(p[n]) for n in K.params_of(k.cname)] + [0.0] * (4 - len(K.params_of(k.cname)))
+    return ffi.new("ma_params *", {**dict(zip("abcd", vals, strict=True)),
+                                   **{"d" + f: v for f, v in zip("abcd", vals, strict=True)}})
 
 
 def _call(k, p: dict, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -105,7 +107,9 @@ def _check(k, p, got, x, dy):
         ref = C.reference(spec, "backward", p, k.dtype, dy, x)
         return C.compare(got, ref, x, spec, "backward", scale=dy, params=p)
     ref = C.reference(spec, "backward_y", p, k.dtype, dy, x)
-    return C.compare(got, ref, x, spec, "backward_y", scale=dy.astype(np.float64) * x)
+    with np.errstate(over="ignore"):  # float64 y near its largest finite value
+        scale = dy.astype(np.float64) * x
+    return C.compare(got, ref, x, spec, "backward_y", scale=scale)
 
 
 def _run(k, p, x, dy, out=None):
@@ -137,6 +141,10 @@ def test_every_public_op_has_all_its_kernels():
             have = {k.direction for k in K.table() if k.op == op and k.dtype == dtype}
             want = {"forward", "backward"} | ({"backward_y"} if spec.backward_y else set()) | (
                 {"param_grad"} if spec.param_grad else set()) | ({"backward2"} if spec.backward2 else set())
+            if dtype == "float64":  # the elementwise directions (param_grad is a reduction: numba), or backward2
+                elementwise = want - {"param_grad"}  # only (prelu, whose forward takes a weight)
+                assert have in (elementwise, want & {"backward2"}), (op, have)
+                continue
             assert have == want, (op, dtype)
 
 
@@ -158,7 +166,7 @@ def test_tails_round_like_the_main_loop(k):
     if k.direction == "backward_y":
         x = _y_of(k, p, x)
     full = _run(k, p, x, dy)
-    w = WIDTH[k.isa]
+    w = max(1, WIDTH[k.isa] // (2 if k.dtype == "float64" else 1))  # float64: half the lanes
     for n in sorted({1, w - 1, w, w + 1, 2 * w - 1, 2 * w, 2 * w + 1, 7 * 2 * w + 3}):
         part = _run(k, p, x[:n].copy(), dy[:n].copy())
         np.testing.assert_array_equal(part, full[:n], err_msg=f"n={n}")
@@ -331,7 +339,7 @@ def test_avx512_needs_every_cpuid_bit_and_the_os_zmm_state():
     assert (lib.ma_isa_supported(b"avx512") == 1) == ("avx512" in ISAS)
 
 
-def test_backend_reports_isa_and_float64_is_left_to_others():
+def test_backend_reports_isa_and_what_float64_leaves_to_others():
     from multiact import registry
 
     nb = registry.module("native")
@@ -340,7 +348,8 @@ def test_backend_reports_isa_and_float64_is_left_to_others():
     assert nb.info()["isa"] in ISAS
     assert nb.supports("gelu", "forward", "float32") and nb.supports("prelu", "param_grad", "float16")
     assert nb.supports("gelu", "backward", "bfloat16") and nb.supports("prelu", "param_grad", "bfloat16")
-    assert not nb.supports("gelu", "forward", "float64")
+    assert nb.supports("gelu", "forward", "float64") and nb.supports("gelu", "backward2", "float64")
+    assert not nb.supports("swish", "param_grad", "float64") and not nb.supports("prelu", "forward", "float64")
     assert not nb.supports("gelu", "backward_y", "float32")
 
 

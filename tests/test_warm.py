@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import host_backends, require
+from conftest import host_backends, require, supports
 
 import multiact as ma
 from multiact import dispatch
@@ -321,8 +321,10 @@ def test_ndarray_subclasses_compute_on_their_base_array(backend, dtype):
         np.testing.assert_array_equal(np.asarray(y), ma.gelu(base, backend=backend))
         g = ma.gelu_grad(m, m, backend=backend)
         np.testing.assert_array_equal(np.asarray(g), ma.gelu_grad(base, base, backend=backend))
-        w = np.linspace(0.1, 0.4, 4).astype(dtype)
-        np.testing.assert_array_equal(np.asarray(ma.prelu(m, w, backend=backend)), ma.prelu(base, w, backend=backend))
+        if backend is None or supports(backend, "prelu", "forward", dtype):  # native's float64: no prelu kernel
+            w = np.linspace(0.1, 0.4, 4).astype(dtype)
+            np.testing.assert_array_equal(np.asarray(ma.prelu(m, w, backend=backend)),
+                                          ma.prelu(base, w, backend=backend))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -341,6 +343,8 @@ def test_masked_arrays_keep_their_mask(backend):
         out = np.ma.MaskedArray(np.zeros(8))
         assert ma.relu(x, out=out, backend=backend) is out
         np.testing.assert_array_equal(out.mask, x.mask)
+    if backend is not None and not supports(backend, "swish", "param_grad", "float64"):
+        return  # native's float64: swish's beta gradient is numba's (a reduction)
     keep = ~(x.mask | dy.mask)
     want = ma.swish_beta_grad(np.ones(keep.sum()), data[keep], 1.3, backend=backend)
     np.testing.assert_allclose(ma.swish_beta_grad(dy, x, 1.3, backend=backend), want, rtol=1e-12)

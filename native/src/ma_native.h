@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Scalar parameters, already validated and rounded to float32 by the caller:
+/* Scalar parameters, already validated by the caller; a..d rounded to float32 (the float32, float16 and bfloat16
+ * kernels compute with them), da..dd the same values unrounded (the float64 kernels'):
  *   leaky_relu a=negative_slope; elu, celu a=alpha; swish a=beta; hardtanh a=min_val b=max_val;
  *   softplus a=beta b=threshold; softshrink, hardshrink a=lambd; threshold a=threshold b=value. */
 typedef struct ma_params {
@@ -18,6 +19,8 @@ typedef struct ma_params {
     /* The bias_act family (bias_act_<act>): the activation's output times gain, clipped to [-clamp, clamp]
      * (clamp = +inf: no clip). */
     float gain, clamp;
+    /* a..d unrounded, for the float64 kernels (ma_run_* and ma_call fill both) */
+    double da, db, dc, dd;
 } ma_params;
 
 /* The layout of one gated call (gated_<act>, gated_<act>_grad): every array is rows x n elements,
@@ -68,12 +71,12 @@ size_t ma_get_parallel_min(void);
 /* One elementwise call of n elements; cost: the kernel's time per element relative to relu's
  * (native/kernels.py's COST), so that expensive kernels go parallel at smaller sizes. */
 void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, unsigned cost,
-                  float a, float b, float c, float d, int nthreads);
+                  double a, double b, double c, double d, int nthreads);
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
-                   float a, float b, float c, float d, int nthreads);
+                   double a, double b, double c, double d, int nthreads);
 /* A second derivative (g, u = dy, v = x): the binary call's rules with a third input. */
 void ma_run_ternary(void *fn, const void *g, const void *u, const void *v, void *out, size_t n, size_t elsize,
-                    unsigned cost, float a, float b, float c, float d, int nthreads);
+                    unsigned cost, double a, double b, double c, double d, int nthreads);
 /* The same calls for the tensor hot path: one resolved kernel (fn, elsize, cost and its parameters a..d,
  * built once per cached call) and the arrays as plain addresses of contiguous memory, which cffi converts
  * from Python ints without building a cdata per array (ffi.from_buffer, ffi.cast: the slow parts). */

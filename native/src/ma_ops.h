@@ -5,8 +5,21 @@
 #ifndef MA_OPS_H
 #define MA_OPS_H
 
-#include "ma_math.h"
 #include "ma_native.h"
+#ifndef MA_F64 /* (not `#if !defined`: that line marks where the float64 bodies end) */
+#include "ma_math.h"
+#else
+#include "ma_simd.h"
+#endif
+
+/* An op's parameters in the precision of the lanes: the float32 fields, or the float64 kernels' da..dd */
+#if defined(MA_F64)
+#define PA(p) ((p)->da)
+#define PB(p) ((p)->db)
+#else
+#define PA(p) ((p)->a)
+#define PB(p) ((p)->b)
+#endif
 
 #define ZERO VSPLAT(0.0f)
 #define ONE VSPLAT(1.0f)
@@ -26,11 +39,11 @@ MA_INLINE V op_relu6_grad(V dy, V x, const ma_params *p) {
     (void)p;
     return KEEPNAN(x, VSEL(MAND(x > ZERO, x < VSPLAT(6.0f)), dy, ZERO));
 }
-MA_INLINE V op_leaky_relu(V x, const ma_params *p) { return VSEL(x > ZERO, x, x * VSPLAT(p->a)); }
-MA_INLINE V op_leaky_relu_grad(V dy, V x, const ma_params *p) { return KEEPNAN(x, VSEL(x > ZERO, dy, dy * VSPLAT(p->a))); }
-MA_INLINE V op_hardtanh(V x, const ma_params *p) { return ma_clampv(x, p->a, p->b); }
+MA_INLINE V op_leaky_relu(V x, const ma_params *p) { return VSEL(x > ZERO, x, x * VSPLAT(PA(p))); }
+MA_INLINE V op_leaky_relu_grad(V dy, V x, const ma_params *p) { return KEEPNAN(x, VSEL(x > ZERO, dy, dy * VSPLAT(PA(p)))); }
+MA_INLINE V op_hardtanh(V x, const ma_params *p) { return ma_clampv(x, PA(p), PB(p)); }
 MA_INLINE V op_hardtanh_grad(V dy, V x, const ma_params *p) {
-    return KEEPNAN(x, VSEL(MAND(x > VSPLAT(p->a), x < VSPLAT(p->b)), dy, ZERO));
+    return KEEPNAN(x, VSEL(MAND(x > VSPLAT(PA(p)), x < VSPLAT(PB(p))), dy, ZERO));
 }
 MA_INLINE V op_hardswish(V x, const ma_params *p) {
     (void)p;
@@ -42,25 +55,49 @@ MA_INLINE V op_hardswish_grad(V dy, V x, const ma_params *p) {
     V mid = dy * (x / VSPLAT(3.0f) + VSPLAT(0.5f));
     return KEEPNAN(x, VSEL(x <= VSPLAT(-3.0f), ZERO, VSEL(x < VSPLAT(3.0f), mid, dy)));
 }
-/* hardsigmoid(alpha = p->a, beta = p->b) as (x + c) / d, c = beta / alpha, d = 1 / alpha, between lo = -c and
+/* hardsigmoid(alpha = PA(p), beta = PB(p)) as (x + c) / d, c = beta / alpha, d = 1 / alpha, between lo = -c and
    hi = d - c: at PyTorch's alpha = 1/6 (float32), beta = 0.5 these round to 3, 6, -3, 3 (relu6(x + 3) / 6). */
 MA_INLINE V op_hardsigmoid(V x, const ma_params *p) {
-    float c = p->b / p->a, d = 1.0f / p->a;
+    S c = PB(p) / PA(p), d = (S)1 / PA(p);
     V mid = (x + VSPLAT(c)) / VSPLAT(d);
     return VSEL(x <= VSPLAT(-c), ZERO, VSEL(x >= VSPLAT(d - c), ONE, mid));
 }
 MA_INLINE V op_hardsigmoid_grad(V dy, V x, const ma_params *p) {
-    float c = p->b / p->a, d = 1.0f / p->a;
+    S c = PB(p) / PA(p), d = (S)1 / PA(p);
     return KEEPNAN(x, VSEL(MAND(x > VSPLAT(-c), x < VSPLAT(d - c)), dy / VSPLAT(d), ZERO));
 }
 MA_INLINE V op_softshrink(V x, const ma_params *p) {
-    V lam = VSPLAT(p->a);
+    V lam = VSPLAT(PA(p));
     return KEEPNAN(x, VSEL(x > lam, x - lam, VSEL(x < -lam, x + lam, ZERO)));
 }
-MA_INLINE V op_hardshrink(V x, const ma_params *p) { return KEEPNAN(x, VSEL(ma_abs(x) > VSPLAT(p->a), x, ZERO)); }
-MA_INLINE V op_shrink_grad(V dy, V x, const ma_params *p) { return KEEPNAN(x, VSEL(ma_abs(x) > VSPLAT(p->a), dy, ZERO)); }
-MA_INLINE V op_threshold(V x, const ma_params *p) { return VSEL(x <= VSPLAT(p->a), VSPLAT(p->b), x); }
-MA_INLINE V op_threshold_grad(V dy, V x, const ma_params *p) { return KEEPNAN(x, VSEL(x <= VSPLAT(p->a), ZERO, dy)); }
+MA_INLINE V op_hardshrink(V x, const ma_params *p) { return KEEPNAN(x, VSEL(ma_abs(x) > VSPLAT(PA(p)), x, ZERO)); }
+MA_INLINE V op_shrink_grad(V dy, V x, const ma_params *p) { return KEEPNAN(x, VSEL(ma_abs(x) > VSPLAT(PA(p)), dy, ZERO)); }
+MA_INLINE V op_threshold(V x, const ma_params *p) { return VSEL(x <= VSPLAT(PA(p)), VSPLAT(PB(p)), x); }
+MA_INLINE V op_threshold_grad(V dy, V x, const ma_params *p) { return KEEPNAN(x, VSEL(x <= VSPLAT(PA(p)), ZERO, dy)); }
+
+/* ---- rational ---- */
+MA_INLINE V op_softsign(V x, const ma_params *p) {
+    (void)p;
+    V a = ma_abs(x);
+    return VSEL(a == VSPLAT(__builtin_inff()), ma_copysign(ONE, x), x / (ONE + a));
+}
+/* dy / (1 + |x|)^2 with the rounding error c of d = 1 + |x| (Fast2Sum, larger term first) taken back as
+ * g (1 - 2 c / d): squaring 1 / d doubled that error (4.2 ULP at x = 1.9e7, 3.5 at x = 15, exhaustive run). */
+MA_INLINE V op_softsign_grad(V dy, V x, const ma_params *p) {
+    (void)p;
+    V a = ma_abs(x);
+    V big = VSEL(a > ONE, a, ONE), small = VSEL(a > ONE, ONE, a);
+    V d = big + small;
+    V c = small - (d - big);
+    V r = ONE / d;
+    V g = (dy * r) * r;
+    V k = VSEL(d == VSPLAT(__builtin_inff()), ZERO, VSPLAT(-2.0f) * (c * r));  /* c is NaN at |x| = inf */
+    return VSEL(g == g + g, g, VFMA(k, g, g));  /* g = +-0 keeps its sign, g = +-inf stays (not inf - inf) */
+}
+
+/* Everything below computes with float32 math (ma_math.h): no float64 kernels (native/kernels.py reads the
+ * bodies above this line as the float64 ones). */
+#if !defined(MA_F64)
 
 /* ---- exponential family ---- */
 /* alpha * e^x for x <= 0 times dy, with the tail scaling applied last. */
@@ -252,25 +289,6 @@ MA_INLINE V gen_softplus_grad(V dy, V x, const ma_params *p) {
     return KEEPNAN(x, VSEL(z > VSPLAT(p->b), dy, g));
 }
 MA_SPLIT_BINARY(softplus_grad, x * VSPLAT(p->a), 80.0f)
-MA_INLINE V op_softsign(V x, const ma_params *p) {
-    (void)p;
-    V a = ma_abs(x);
-    return VSEL(a == VSPLAT(__builtin_inff()), ma_copysign(ONE, x), x / (ONE + a));
-}
-/* dy / (1 + |x|)^2 with the rounding error c of d = 1 + |x| (Fast2Sum, larger term first) taken back as
- * g (1 - 2 c / d): squaring 1 / d doubled that error (4.2 ULP at x = 1.9e7, 3.5 at x = 15, exhaustive run). */
-MA_INLINE V op_softsign_grad(V dy, V x, const ma_params *p) {
-    (void)p;
-    V a = ma_abs(x);
-    V big = VSEL(a > ONE, a, ONE), small = VSEL(a > ONE, ONE, a);
-    V d = big + small;
-    V c = small - (d - big);
-    V r = ONE / d;
-    V g = (dy * r) * r;
-    V k = VSEL(d == VSPLAT(__builtin_inff()), ZERO, VSPLAT(-2.0f) * (c * r));  /* c is NaN at |x| = inf */
-    return VSEL(g == g + g, g, VFMA(k, g, g));  /* g = +-0 keeps its sign, g = +-inf stays (not inf - inf) */
-}
-
 /* ---- x * sigmoid(z) family: silu, swish, fast_gelu, gelu(tanh) ---- */
 /* The fast bodies, for |z| <= 80 (x finite): x / (1 + e^-z) and dy * (s + x s (1 - s) k), with z
  * standing for z + zlo; the backward's only for x >= -10 as well, where its error (up to 6 ULP relative
@@ -546,5 +564,7 @@ MA_INLINE V op_tanhshrink_grad(V dy, V x, const ma_params *p) {
     V t = ma_tanh(x);
     return dy * (t * t);
 }
+
+#endif /* !MA_F64 */
 
 #endif

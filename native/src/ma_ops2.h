@@ -30,8 +30,20 @@ MA_ZERO_GRAD2(threshold)
 MA_INLINE V op_hardswish_grad2(V g, V dy, V x, const ma_params *p) {
     (void)p; /* 1/3 on the open middle piece, 0 at the kinks (PyTorch) */
     VM mid = MAND(x > VSPLAT(-3.0f), x < VSPLAT(3.0f));
-    return KEEPNAN(x, VSEL(mid, (g * dy) * VSPLAT((float)(1.0 / 3.0)), ZERO));
+    return KEEPNAN(x, VSEL(mid, (g * dy) * VSPLAT((S)(1.0 / 3.0)), ZERO));
 }
+
+/* -2 sign(x) / (1 + |x|)^3, divided thrice (the cube never overflows); 0 at x = 0 */
+MA_INLINE V op_softsign_grad2(V g, V dy, V x, const ma_params *p) {
+    (void)p;
+    V d = ONE + ma_abs(x);
+    V s = VSEL(x > ZERO, VSPLAT(-2.0f), VSEL(x < ZERO, VSPLAT(2.0f), ZERO));
+    return (((g * dy) * s) / d) / d / d;
+}
+
+/* Everything below computes with float32 math (ma_math.h): no float64 kernels (native/kernels.py reads the
+ * bodies above this line as the float64 ones). */
+#if !defined(MA_F64)
 
 /* (g dy) (k e^x) below 0, +0 from 0 up (PyTorch's x < 0 mask) */
 MA_INLINE V ma_k_exp_grad2(V gd, V x, float k) {
@@ -96,14 +108,6 @@ MA_INLINE V op_softplus_grad2(V g, V dy, V x, const ma_params *p) {
     V r = ((g * dy) * (b * (eK * ma_inv_sq_1pe(eK * sc)))) * sc;
     return KEEPNAN(x, VSEL(linear, ZERO, r));
 }
-/* -2 sign(x) / (1 + |x|)^3, divided thrice (the cube never overflows); 0 at x = 0 */
-MA_INLINE V op_softsign_grad2(V g, V dy, V x, const ma_params *p) {
-    (void)p;
-    V d = ONE + ma_abs(x);
-    V s = VSEL(x > ZERO, VSPLAT(-2.0f), VSEL(x < ZERO, VSPLAT(2.0f), ZERO));
-    return (((g * dy) * s) / d) / d / d;
-}
-
 /* x sigmoid(k x): f'' = k s s' (2 - z tanh(z / 2)), z = k x as z + zlo (klo: the constant's own rounding, where
  * k is not a float); s s' = e / (1 + e)^2 and |z| tanh(|z| / 2) = |z| (1 - e) / (1 + e), e = e^-|z|. */
 MA_INLINE V ma_swish_grad2(V gd, V x, V k, V klo, int has_klo) {
@@ -170,5 +174,7 @@ MA_INLINE V op_mish_grad2(V g, V dy, V x, const ma_params *p) {
     V r = (g * dy) * (pre * (two * (ONE + e) + xc * (c / den)));
     return r * VSEL(pos, e, sc);
 }
+
+#endif /* !MA_F64 */
 
 #endif

@@ -177,7 +177,7 @@ static void run_span(const ew_job *j, size_t lo, size_t hi) {
     }
     ma_params p = j->p;
     p.stream = 0;
-    _Alignas(64) char bu[MA_BOUNCE * 4], bv[MA_BOUNCE * 4], bw[MA_BOUNCE * 4], by[MA_BOUNCE * 4];
+    _Alignas(64) char bu[MA_BOUNCE * 8], bv[MA_BOUNCE * 8], bw[MA_BOUNCE * 8], by[MA_BOUNCE * 8]; /* float64's */
     for (size_t i = 0; i < n; i += MA_BOUNCE) {
         size_t m = n - i < MA_BOUNCE ? n - i : MA_BOUNCE;
         memcpy(bu, u + i * e, m * e);
@@ -204,9 +204,10 @@ static void span_chunk(void *ctx, size_t i) {
 
 /* One elementwise call (v = NULL: unary; w given: ternary): on this thread, or in chunks on the pool. */
 static void run_job3(void *fn, const void *u, const void *v, const void *w, void *out, size_t n, size_t elsize,
-                     unsigned cost, float a, float b, float c, float d, int nthreads) {
+                     unsigned cost, double a, double b, double c, double d, int nthreads) {
     ew_job j = {fn, u, v, w, out, n, ma_chunks_for(n, cost, nthreads), elsize,
-                {a, b, c, d, n * elsize >= MA_STREAM_BYTES}};
+                {.a = (float)a, .b = (float)b, .c = (float)c, .d = (float)d, .stream = n * elsize >= MA_STREAM_BYTES,
+                 .da = a, .db = b, .dc = c, .dd = d}};
     if (j.chunks <= 1) {
         run_span(&j, 0, n);
         return;
@@ -215,32 +216,32 @@ static void run_job3(void *fn, const void *u, const void *v, const void *w, void
 }
 
 static void run_job(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
-                    float a, float b, float c, float d, int nthreads) {
+                    double a, double b, double c, double d, int nthreads) {
     run_job3(fn, u, v, NULL, out, n, elsize, cost, a, b, c, d, nthreads);
 }
 
 void ma_run_unary(void *fn, const void *x, void *y, size_t n, size_t elsize, unsigned cost,
-                  float a, float b, float c, float d, int nthreads) {
+                  double a, double b, double c, double d, int nthreads) {
     run_job(fn, x, NULL, y, n, elsize, cost, a, b, c, d, nthreads);
 }
 
 void ma_run_binary(void *fn, const void *u, const void *v, void *out, size_t n, size_t elsize, unsigned cost,
-                   float a, float b, float c, float d, int nthreads) {
+                   double a, double b, double c, double d, int nthreads) {
     run_job(fn, u, v, out, n, elsize, cost, a, b, c, d, nthreads);
 }
 
 void ma_run_ternary(void *fn, const void *g, const void *u, const void *v, void *out, size_t n, size_t elsize,
-                    unsigned cost, float a, float b, float c, float d, int nthreads) {
+                    unsigned cost, double a, double b, double c, double d, int nthreads) {
     run_job3(fn, g, u, v, out, n, elsize, cost, a, b, c, d, nthreads);
 }
 
 void ma_call_unary(const ma_call *k, uintptr_t x, uintptr_t y, size_t n, int nthreads) {
-    run_job(k->fn, (const void *)x, NULL, (void *)y, n, k->elsize, k->cost, k->p.a, k->p.b, k->p.c, k->p.d, nthreads);
+    run_job(k->fn, (const void *)x, NULL, (void *)y, n, k->elsize, k->cost, k->p.da, k->p.db, k->p.dc, k->p.dd, nthreads);
 }
 
 void ma_call_binary(const ma_call *k, uintptr_t u, uintptr_t v, uintptr_t y, size_t n, int nthreads) {
-    run_job(k->fn, (const void *)u, (const void *)v, (void *)y, n, k->elsize, k->cost, k->p.a, k->p.b, k->p.c,
-            k->p.d, nthreads);
+    run_job(k->fn, (const void *)u, (const void *)v, (void *)y, n, k->elsize, k->cost, k->p.da, k->p.db,
+            k->p.dc, k->p.dd, nthreads);
 }
 
 void ma_f16_to_f32(const uint16_t *h, float *f, size_t n) {

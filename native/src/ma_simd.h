@@ -22,6 +22,13 @@
 /* The math and op bodies must inline into the loops: a call passes vectors through memory. */
 #define MA_INLINE static inline __attribute__((always_inline))
 
+#if defined(MA_F64)
+#include "ma_simd64.h" /* float64 lanes */
+#else
+
+/* the scalar type of a lane (double in the float64 layer) */
+typedef float S;
+
 #if defined(MA_ISA_SCALAR)
 
 #define MA_ISA_NAME scalar
@@ -566,6 +573,8 @@ static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, cons
     }
 }
 #endif
+
+#endif /* MA_F64 */
 
 #define MA_CAT_(a, b) a##b
 #define MA_CAT(a, b) MA_CAT_(a, b)
