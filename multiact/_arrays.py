@@ -37,10 +37,7 @@ def kind_of(a: Any) -> str:
     if hasattr(a, "__cuda_array_interface__"):
         return "cuda"
     if type(a).__name__ == "FakeCUDAArray":  # numba's simulated device array: it gets the interface once
-        from multiact import registry
-
-        registry.module("cuda")  # makes multiact.backends importable from a source tree too
-        from multiact.backends import cuda_sim
+        from .backend import cuda_sim
 
         if cuda_sim.is_fake_array(a):
             cuda_sim.accept_fake_arrays()

@@ -245,7 +245,7 @@ def elu_grad_y(dy, y, alpha):
 # selu: where x < 0 (or y < 0) is too small to change e^x - 1 (= x), e^x (= 1) or y + hi (= hi) in the dtype, the
 # value one ulp toward the true side (_below), so that a product held exactly on a bfloat16 tie (6 x, 6 dy at
 # alpha = 2, scale = 3; float64's own e^x - 1 is x below 2^-52) rounds the way the exact value does (as
-# backends/formulas.py and native/src/ma_ops.h).
+# multiact/backend/formulas.py and native/src/ma_ops.h).
 def _below(v: np.ndarray) -> np.ndarray:
     """v times the float below 1 in v's dtype: the next float toward 0 where v is normal."""
     return v * np.nextafter(v.dtype.type(1), v.dtype.type(0))

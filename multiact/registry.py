@@ -1,6 +1,6 @@
 """The backend registry: which backends exist, which can run here, and which runs a call.
 
-A backend is a module `multiact.backends.<name>_backend` that satisfies `Backend` below (a test
+A backend is a module `multiact.backend.<name>_backend` that satisfies `Backend` below (a test
 checks every one).  Modules import nothing heavy until a kernel is asked for.
 
 Selection order: explicit `backend=` (strict) > `use(...)` scopes, innermost
@@ -17,7 +17,6 @@ import contextvars
 import importlib
 import importlib.util
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ from .errors import BackendError
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a backend module provides (the contract every `multiact.backends.*_backend` satisfies).
+    """What a backend module provides (the contract every `multiact.backend.*_backend` satisfies).
 
     Kernels are asked for by kernel key (`OpDef.kernel_key`: the op's name, or its variant's, such as
     gelu_tanh), resolved once per call by dispatch.  A kernel takes the arrays (inputs, then out) and
@@ -104,31 +103,12 @@ def check_name(name: Any) -> str:
     return name
 
 
-def _backends_package() -> None:
-    """Make `multiact.backends` importable from a source tree run in its root.
-
-    Installed (also editable), `backends/` is the subpackage `multiact.backends`;
-    but when the current directory is the repository root, Python finds the
-    `multiact/` folder first, and `backends/` sits beside it, not inside.
-    """
-    if "multiact.backends" in sys.modules or importlib.util.find_spec("multiact.backends") is not None:
-        return
-    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "backends")
-    init = os.path.join(root, "__init__.py")
-    if os.path.exists(init):
-        spec = importlib.util.spec_from_file_location("multiact.backends", init, submodule_search_locations=[root])
-        pkg = importlib.util.module_from_spec(spec)
-        sys.modules["multiact.backends"] = pkg
-        spec.loader.exec_module(pkg)
-
-
 def module(name: str) -> Any:
     """The backend module (imported once), or a stand-in that says why there is none."""
     mod = _modules.get(name)
     if mod is None:
         check_name(name)
-        modname = f"multiact.backends.{name}_backend"
-        _backends_package()
+        modname = f"multiact.backend.{name}_backend"
         try:
             mod = importlib.import_module(modname)
         except ModuleNotFoundError as e:

@@ -107,7 +107,7 @@ def served(backend: str, spec, p, direction: str) -> bool:
     call would fall through to another backend)."""
     if backend != "native":
         return True
-    from multiact.backends import native_backend
+    from multiact.backend import native_backend
 
     return native_backend.supports(spec.kernel_key(p), direction, "float64")
 

@@ -403,7 +403,7 @@ def compile_all(targets, strict: bool, ptx_dir: str | None, only: str | None = N
     from multiact import registry
 
     backend = registry.module("cuda")
-    from multiact.backends import formulas
+    from multiact.backend import formulas
 
     funcs = formula_functions(formulas.__file__)
     builds = [b for b in backend.builds() if not only or re.search(only, b.name)]

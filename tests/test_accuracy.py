@@ -93,7 +93,7 @@ def test_reference_within_a_hundredth_of_a_float32_ulp(op):
 
 
 def _native_isa() -> str | None:
-    from multiact.backends import native_backend as N
+    from multiact.backend import native_backend as N
 
     return N.info()["isa"]
 

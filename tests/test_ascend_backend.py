@@ -7,11 +7,11 @@ import sys
 
 import numpy as np
 import pytest
-from multiact.backends import ascend_backend as A
 
 import multiact as ma
 from multiact import consistency as C
 from multiact import reference as R
+from multiact.backend import ascend_backend as A
 
 
 def test_detection_says_why_in_words_a_user_can_act_on():

@@ -86,7 +86,7 @@ def test_float64_rounds_once():
 def test_numba_conversions_are_the_shared_ones():
     if not registry.availability("numba")[0]:
         pytest.skip("numba is not available")
-    from multiact.backends import numba_backend
+    from multiact.backend import numba_backend
 
     widen, store = numba_backend.bf16_codec()
     bits = np.empty(ALL.size, np.uint32)

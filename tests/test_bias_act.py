@@ -36,7 +36,7 @@ def test_matches_the_composed_reference(backend, params, dtype):
 
 def test_the_suite_catches_a_wrong_kernel(monkeypatch):
     """A backward that forgets the gain, or a forward that adds the bias of the wrong channel, fails."""
-    from multiact.backends import numpy_backend
+    from multiact.backend import numpy_backend
 
     real = numpy_backend._bias_act
 

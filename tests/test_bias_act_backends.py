@@ -42,7 +42,7 @@ needs_ort = pytest.mark.skipif(not supports("onnxruntime", "bias_act:relu", "for
 def test_numba_parallel_loop_equals_the_serial_one(monkeypatch):
     """dx bit for bit (the parallel loop calls the serial loop per tile), db and dscale within float64 rounding
     (per-tile partials summed in a fixed order)."""
-    from multiact.backends import numba_backend as nb
+    from multiact.backend import numba_backend as nb
 
     x, dy, b, s = _data((8, 48, 512), np.float32)  # 196608 elements: above the parallel threshold
     p = {"gain": math.sqrt(2), "clamp": 1.5, "sum_db": True, "sum_dscale": True}
@@ -113,7 +113,7 @@ def test_numba_linear_full_shape_and_no_sides():
 @needs_ort
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
 def test_ort_in_place_strided_and_sessions(dtype):
-    from multiact.backends import onnxruntime_backend as O
+    from multiact.backend import onnxruntime_backend as O
 
     x, dy, b, s = _data((2, 4, 3, 5), dtype)
     kw = {"gain": 1.5, "clamp": 0.75, "negative_slope": 0.2}

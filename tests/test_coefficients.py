@@ -1,7 +1,7 @@
 """The math libraries' coefficient tables are generated, not pasted.
 
 native/fit_coefficients.py writes native/src/ma_coeffs.h (the native library's tables) and
-backends/_numba_coeffs.py (numba_math's), each stamped with the sha256 of the script (the fit's inputs)
+multiact/backend/_numba_coeffs.py (numba_math's), each stamped with the sha256 of the script (the fit's inputs)
 and of its own text (the outputs).  The checks here are fast (a few seconds): the stamps; every fit run
 again, compared bit for bit with the files; the math sources import the tables and paste none.  The
 full run (fit and measure errors, about 10 s) happens only when the script changed since the files
@@ -95,8 +95,8 @@ def test_every_fit_reproduces_the_bits_on_disk(gen):
 
 
 def test_numba_math_takes_its_tables_from_the_generated_module():
-    from multiact.backends import _numba_coeffs as k
-    from multiact.backends import numba_math as nm
+    from multiact.backend import _numba_coeffs as k
+    from multiact.backend import numba_math as nm
 
     names = [n for n in vars(k) if re.fullmatch(r"_[A-Z][A-Z0-9_]*", n)]
     assert len(names) >= 30
@@ -116,7 +116,7 @@ def _closed_forms():
     ]
 
 
-@pytest.mark.parametrize("rel", ["native/src/ma_math.h", "native/src/ma_ops.h", "backends/numba_math.py"])
+@pytest.mark.parametrize("rel", ["native/src/ma_math.h", "native/src/ma_ops.h", "multiact/backend/numba_math.py"])
 def test_math_sources_paste_no_coefficients(rel):
     import mpmath as mp
 

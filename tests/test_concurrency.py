@@ -84,7 +84,7 @@ def test_threads_meeting_a_cold_numba_loop_compile_it_once():
     """Eight threads ask for the same not-yet-compiled loop at once: one compiled function, right results."""
     if "numba" not in BACKENDS:
         pytest.skip("numba is not available")
-    from multiact.backends import numba_backend as nb
+    from multiact.backend import numba_backend as nb
 
     warm = nb._loops(("relu", "forward", "float32"))
     pair = nb._LoopPair(warm.scalar, warm.arity, warm.tag)  # a fresh, cold pair around the same formula

@@ -212,8 +212,8 @@ def test_every_backend_module_satisfies_the_backend_protocol(name):
     import importlib
     import inspect
 
-    registry.module(name)  # makes multiact.backends importable from a source tree
-    mod = importlib.import_module(f"multiact.backends.{name}_backend")
+    registry.module(name)  # makes multiact.backend importable from a source tree
+    mod = importlib.import_module(f"multiact.backend.{name}_backend")
     assert isinstance(mod, registry.Backend), name
     assert mod.NAME == name and isinstance(mod.PRIORITY, int) and isinstance(mod.KINDS, tuple)
     for fn in ("supports", "kernel"):

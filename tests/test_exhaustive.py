@@ -15,7 +15,7 @@ import pytest
 from multiact.tools import accuracy as A
 
 pytest.importorskip("numba")
-native = pytest.importorskip("multiact.backends.native_backend")
+native = pytest.importorskip("multiact.backend.native_backend")
 if not native.available()[0]:
     pytest.skip(native.available()[1], allow_module_level=True)
 
@@ -126,8 +126,7 @@ def test_cli_runs_every_isa(capsys):
 
 
 def test_the_float16_table_judges_every_input_and_catches_an_ulp():
-    from multiact.backends import native_backend
-
+    from multiact.backend import native_backend
     from multiact.tools import half_table
 
     isas = native_backend.info()["isas"]

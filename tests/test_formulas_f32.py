@@ -1,4 +1,4 @@
-"""The float32 building blocks of backends/formulas.py that replaced its float64 steps (issue 22).
+"""The float32 building blocks of multiact/backend/formulas.py that replaced its float64 steps (issue 22).
 
 The float32 formulas carry a product, a quotient or an exponential tail as an error-free pair of float32
 numbers; these check the pieces exactly (with fractions), on the plain-Python build that the CUDA simulator
@@ -11,7 +11,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
-from multiact.backends import formulas as F
+
+from multiact.backend import formulas as F
 
 F32 = np.float32
 
@@ -79,8 +80,9 @@ def test_scaled_exponential_tail_is_relatively_accurate():
 def test_the_numba_cpu_fma_rounds_once():
     """numba_math.cpu()'s fma (llvm.fma.f32, what the CPU build's two_prod uses) against exact fractions, and
     the double-rounding case above, compiled in a loop."""
-    from multiact.backends import numba_math as NM
     from numba import njit
+
+    from multiact.backend import numba_math as NM
 
     fma = NM.cpu().fma
 

@@ -41,7 +41,7 @@ def test_matches_the_composed_reference(backend, op, params, dtype):
 
 def test_the_suite_catches_a_wrong_kernel(monkeypatch):
     """A kernel that forgets the clipped form's shift, or swaps the halves, fails the suite."""
-    from multiact.backends import numpy_backend
+    from multiact.backend import numpy_backend
 
     real = numpy_backend._gated
 

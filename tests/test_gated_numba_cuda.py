@@ -120,7 +120,7 @@ class Device:
             from numba import cuda
 
             return cuda.to_device(np.ascontiguousarray(a))
-        from multiact.backends.cuda_sim import to_device
+        from multiact.backend.cuda_sim import to_device
 
         return to_device(a)
 

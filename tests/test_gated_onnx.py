@@ -14,12 +14,11 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from multiact.backends import _ort_sessions  # noqa: E402
-
 import multiact as ma  # noqa: E402
 from multiact import consistency as C  # noqa: E402
 from multiact import gated  # noqa: E402
 from multiact._opdefs import COMPOSITE_DEFINITIONS, GATED  # noqa: E402
+from multiact.backend import _ort_sessions  # noqa: E402
 from multiact.optable import FAMILY_KEYS  # noqa: E402
 
 B = "onnxruntime"
@@ -143,7 +142,7 @@ def test_strided_views_and_in_place_two_input_backward():
 
 
 def test_sessions_are_cached_per_parameters():
-    runner = __import__("multiact.backends.onnxruntime_backend", fromlist=["_runner"])._runner
+    runner = __import__("multiact.backend.onnxruntime_backend", fromlist=["_runner"])._runner
     runner.clear()  # the cache holds at most 256 sessions: earlier tests of this worker may have filled it
     x = _x((4, 8))
     ma.swiglu(x, alpha=1.5, backend=B)
@@ -307,7 +306,7 @@ def test_onnx_swiglu_op_is_not_run_by_this_onnx_runtime():
 @pytest.fixture
 def cann_path_on_cpu(monkeypatch):
     """The ascend backend's ORT path with only the provider list swapped for the CPU provider."""
-    from multiact.backends import ascend_backend as A
+    from multiact.backend import ascend_backend as A
 
     monkeypatch.setattr(A, "provider_list", lambda: ["CPUExecutionProvider"])
     A._runner.clear()

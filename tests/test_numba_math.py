@@ -1,4 +1,4 @@
-"""The float32 device functions of backends/numba_math.py: accuracy sweeps, edge values, vectorisation."""
+"""The float32 device functions of multiact/backend/numba_math.py: accuracy sweeps, edge values, vectorisation."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 numba = pytest.importorskip("numba")
 
-from multiact.backends import numba_backend as nb  # noqa: E402
-from multiact.backends import numba_math as nm  # noqa: E402
+from multiact.backend import numba_backend as nb  # noqa: E402
+from multiact.backend import numba_math as nm  # noqa: E402
 
 _erfc = np.frompyfunc(math.erfc, 1, 1)
 
@@ -153,7 +153,7 @@ def test_float32_loop_is_vectorised(op):
 
 def test_numba_compiles_the_shared_formula_table():
     """One source of truth: every numba loop's scalar is a formula of formulas.py (the cuda backend's too)."""
-    from multiact.backends import formulas
+    from multiact.backend import formulas
 
     for dtype in ("float32", "float64"):
         for (op, direction), name in formulas.TABLE.items():

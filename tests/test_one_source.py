@@ -29,8 +29,8 @@ ALLOWED = {
     ("multiact/onnx_export.py", "_DEVIATIONS"): "why a graph is not ORT's own operator, per op",
     ("multiact/onnx_export.py", "_fwd"): "the ONNX graphs (the onnxruntime backend's kernels)",
     ("multiact/onnx_export.py", "_bwd"): "the ONNX graphs (the onnxruntime backend's kernels)",
-    ("backends/ascend_backend.py", "_torch_forward"): "torch composites for the ops torch has no function for",
-    ("backends/formulas.py", "WIDE"): "the CUDA kernels computed in float64 (a numerics choice per kernel)",
+    ("multiact/backend/ascend_backend.py", "_torch_forward"): "torch composites for the ops torch has no function for",
+    ("multiact/backend/formulas.py", "WIDE"): "the CUDA kernels computed in float64 (a numerics choice per kernel)",
     ("multiact/tools/bench.py", "DEFAULT_OPS"): "the few ops a bare `multiact bench` times",
     ("multiact/tools/cli.py", "DEMO_OPS"): "the few ops `multiact demo` shows",
     ("multiact/compat.py", "STYLEGAN_ACTS"): "StyleGAN's own activation table (its names, alphas and gains)",
@@ -65,7 +65,7 @@ def _owner(stmt: ast.stmt) -> str:
 
 
 def _hand_lists() -> list[str]:
-    files = [*ROOT.glob("multiact/**/*.py"), *ROOT.glob("backends/*.py"), *ROOT.glob("native/*.py"),
+    files = [*ROOT.glob("multiact/**/*.py"), *ROOT.glob("multiact/backend/*.py"), *ROOT.glob("native/*.py"),
              *ROOT.glob("native/tests/*.py")]
     found = []
     for path in sorted(files):

@@ -11,7 +11,7 @@ from multiact import reference as R
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from multiact.backends import _ort_sessions, onnxruntime_backend  # noqa: E402
+from multiact.backend import _ort_sessions, onnxruntime_backend  # noqa: E402
 
 B = "onnxruntime"
 

@@ -318,7 +318,7 @@ def test_numba_runs_backward2_by_default_and_shares_the_zero_loop():
         want = ["native", "numba"] if "native" in order else ["numba"]
         assert order[: len(want)] == want, order
         assert order[0] in ma.explain("silu", x, direction="backward2")
-    from multiact.backends import formulas
+    from multiact.backend import formulas
 
     zero = [k for (k, d), f in formulas.TABLE.items() if d == "backward2" and f == "zero_grad2"]
     assert len(zero) >= 9 and {nb._shared_key(k, "backward2") for k in zero} == {zero[0]}

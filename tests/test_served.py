@@ -37,7 +37,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 def test_served_kernels_are_the_extensions_bit_for_bit():
-    from multiact.backends import native_backend
+    from multiact.backend import native_backend
 
     x = A.bit_points(0, 1 << 32, (1 << 20) + 7, 3)
     dy = np.full_like(x, np.float32(A.DY2))
@@ -59,7 +59,7 @@ def test_served_kernels_are_the_extensions_bit_for_bit():
 
 
 def test_served_backward2_kernels_take_g_dy_and_x():
-    from multiact.backends import native_backend
+    from multiact.backend import native_backend
 
     x = A.bit_points(0, 1 << 32, (1 << 16) + 3, 5)
     dy = np.full_like(x, np.float32(A.DY2))
@@ -73,7 +73,7 @@ def test_served_backward2_kernels_take_g_dy_and_x():
 
 
 def test_a_sweep_through_the_server_judges_as_the_native_one():
-    from multiact.backends import native_backend
+    from multiact.backend import native_backend
 
     if native_backend.info()["isa"] != "avx2":
         pytest.skip(f"native runs {native_backend.info()['isa']} here (MULTIACT_NATIVE_ISA)")

@@ -329,7 +329,7 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
             raise SystemExit("multiact check: --isa applies to the native backend only")
         os.environ["MULTIACT_NATIVE_ISA"] = args.isa
     ops = selected_ops(args)
-    from ..backends import native_backend
+    from ..backend import native_backend
 
     if isinstance(target, served.ServedISA):
         where = (f", ISA {target.isa} served by `{target.command}`"

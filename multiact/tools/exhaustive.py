@@ -119,7 +119,7 @@ class _Row:
     """One (op, case, direction, dy) with its kernels: the reference's and each ISA's."""
 
     def __init__(self, op: str, params: dict[str, Any], direction: str, dy: float | None, isas: Sequence[str]):
-        from ..backends import native_backend, numba_backend
+        from ..backend import native_backend, numba_backend
 
         spec = OPS[op]
         self.op, self.direction, self.dy = op, direction, dy
@@ -244,7 +244,7 @@ def run(ops: Sequence[str] | None = None, isas: Sequence[str] | None = None, *, 
         workers: int | None = None, journal: str | None = None,
         progress: Callable[[Iterable, int], Iterable] | None = None) -> list[A.Stats]:
     """The sweep over every ISA at once (default: all this machine runs), jobs over worker processes."""
-    from ..backends import native_backend
+    from ..backend import native_backend
 
     isas = list(isas or native_backend.info()["isas"])
     offset = 0 if stride == 1 else A.SUBSET_OFFSET % stride
@@ -287,7 +287,7 @@ def run(ops: Sequence[str] | None = None, isas: Sequence[str] | None = None, *, 
 def crosscheck(ops: Sequence[str] | None = None, stride: int = 1 << 16) -> list[tuple[str, str, str, float]]:
     """(op, case, direction, largest distance in float32 ulp) of the compiled reference from reference.py on
     every stride-th pattern, where the float32 result is normal: what lets it stand in for reference.py."""
-    from ..backends import numba_backend
+    from ..backend import numba_backend
 
     x = A.bit_points(0, 1 << 32, stride, A.SUBSET_OFFSET % stride)
     out = []
@@ -347,7 +347,7 @@ def summary(rows_: Sequence[A.Stats]) -> str:
 def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = None) -> int:
     """`multiact check --exhaustive [--isa A,B] [--journal FILE]`: one table per ISA (default: every ISA
     this machine runs), with the compiled reference's distance from reference.py first."""
-    from ..backends import native_backend
+    from ..backend import native_backend
     from . import sysinfo
 
     if args.backend and args.backend != [["native"]]:

@@ -46,7 +46,7 @@ def _judge(x: np.ndarray, got: np.ndarray, ref: np.ndarray, floor: np.ndarray) -
 
 def rows(ops: Sequence[str] | None, isas: Sequence[str]) -> list[dict[str, Any]]:
     """Every (op, case, direction, dy, ISA) of accuracy.cases on all 65,536 float16 inputs (prelu: one weight)."""
-    from ..backends import native_backend, numba_backend
+    from ..backend import native_backend, numba_backend
 
     x16 = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     out = []

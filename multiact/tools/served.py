@@ -58,7 +58,7 @@ class ServedISA:
     def run(self, key: str, direction: str, p: dict[str, Any], *ins: np.ndarray) -> np.ndarray:
         """The ISA's float32 kernel for (key, direction) on ins (x; dy and x, or dy and y; backward2: g, dy and x),
         p validated."""
-        from ..backends import native_backend
+        from ..backend import native_backend
 
         cname, _, signature, names, _ = native_backend.entry(key, direction, "float32")  # the host's row
         if signature not in ("unary", "binary", "ternary"):

@@ -116,7 +116,7 @@ MA_INLINE V op_elu_grad_y(V dy, V y, const ma_params *p) { return VSEL(y > ZERO,
  * for x, y < 0.  The value one float32 ulp to that side (times MA_ONE_BELOW, the float below 1: exact for
  * normal floats) keeps the side, so that a product that float32 holds exactly on a bfloat16 tie (3 * 2 *
  * x, 6 dy for alpha = 2, scale = 3) rounds the right way: 1% of bfloat16 results one ulp off before
- * (backends/formulas.py and multiact/reference.py do the same; float32 results within 1.5 ulp there). */
+ * (multiact/backend/formulas.py and multiact/reference.py do the same; float32 results within 1.5 ulp there). */
 #define MA_ONE_BELOW 0x1.fffffep-1f
 MA_INLINE V op_selu(V x, const ma_params *p) {
     V e = ma_expm1(x);

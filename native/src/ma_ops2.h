@@ -1,6 +1,6 @@
 /* Second derivatives: g dy f''(x), the backward of the backward with respect to x (`ma.backward2`, the
  * double backward of multiact.torch), one body per kernel key, (g, dy, x) -> result.  The formulas and
- * conventions are multiact/reference.py's (<op>_grad2) and their float32 forms backends/formulas.py's:
+ * conventions are multiact/reference.py's (<op>_grad2) and their float32 forms multiact/backend/formulas.py's:
  * the product is (g dy) f''(x), so a zero g dy keeps the reference's zero signs; on a linear piece f'' is +0
  * whatever g and dy are (NaN only from x); at a kink of f' (relu's 0, hardswish's +-3, elu's 0, softplus's
  * beta x = threshold) it is 0, as PyTorch's double backward takes it.  Exponential tails are carried scaled

@@ -19,4 +19,4 @@ if os.environ.get("MULTIACT_CUDA_REAL") != "1":
 
 from multiact import registry  # noqa: E402 - after the simulator switch
 
-registry.module("cuda")  # also makes `multiact.backends` importable from a plain source tree (PYTHONPATH)
+registry.module("cuda")  # imports the backend (and numba) under the simulator

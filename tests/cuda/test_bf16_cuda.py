@@ -1,5 +1,5 @@
 """The cuda backend in bfloat16 (float32 staging on the device: uint16 bits widened into float32 buffers, the
-float32 kernel, an integer round-to-nearest-even store; see backends/cuda_backend.py) under the simulator:
+float32 kernel, an integer round-to-nearest-even store; see multiact/backend/cuda_backend.py) under the simulator:
 the exhaustive check's judge on a sample of the bfloat16 patterns (every special value among them), a few
 cases by default, every elementwise case with MULTIACT_TEST_FULL=1; strided and in-place views; what the
 backend does not claim in bfloat16 is refused by dispatch, not run some other way."""

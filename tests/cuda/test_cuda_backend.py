@@ -30,7 +30,7 @@ class Kind:
     def __init__(self, name: str):
         self.name = name
         if name == "sim":
-            from multiact.backends.cuda_sim import to_device
+            from multiact.backend.cuda_sim import to_device
 
             self._to = to_device
         elif name == "numba":
@@ -315,7 +315,7 @@ def test_numba_simulator_arrays_are_cuda_arrays():
 @pytest.mark.skipif(not REAL, reason="needs a GPU: the simulator compiles nothing")
 def test_launched_kernels_are_the_ones_compiled_without_a_gpu(kind):
     """Every signature the GPU compiled is one that `builds()` (scripts/cuda_ptx_report.py, CI) compiles too."""
-    from multiact.backends import cuda_backend as cb
+    from multiact.backend import cuda_backend as cb
 
     rng = np.random.default_rng(13)
     for dtype in FLOAT_DTYPES:

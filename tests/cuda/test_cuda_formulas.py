@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 import pytest
-from multiact.backends import formulas as F
 
 from multiact import consistency as C
+from multiact.backend import formulas as F
 from multiact.optable import OPS
 
 BOUNDS = {"exp": 2, "expm1": 1, "log1p": 1, "tanh": 2, "erf": 2, "erfc": 4}
@@ -83,7 +83,7 @@ def test_float32_formulas_under_libdevice_error_bounds(seed):
 def test_cuda_compiles_the_shared_formula_table(compute):
     """One source of truth: the cuda backend's device functions are the formulas the numba backend compiles,
     inlined into each kernel at numba's IR level (so a kernel compiles without a driver, scripts/cuda_ptx_report.py)."""
-    from multiact.backends import cuda_backend
+    from multiact.backend import cuda_backend
 
     ns = cuda_backend._formulas(compute)
     for name in set(F.TABLE.values()):
