@@ -173,6 +173,11 @@ class OpDef:
     y_allowed: Callable[[Mapping[str, Any]], bool] = lambda p: True
     condition: Callable[[Mapping[str, Any]], str | None] = lambda p: None  # a cross-parameter rule
     param_grad: str | None = None  # the parameter with a gradient of its own
+    # Piecewise linear: f'' = 0 almost everywhere, so the second derivative (backward2) is the one zero formula
+    # on every backend (reference.zero_grad2, formulas.zero_grad2, native's generated MA_ZERO_GRAD2 list).
+    # "exact": every piece is x, a constant or one product, so backends must round exactly like the formula
+    # (OpSpec.exact); "rounded": a piece rounds on its own (hardsigmoid's (x + c) / d, softshrink's x - lambd).
+    piecewise_linear: str = ""  # "" | "exact" | "rounded"
     grad_kernel: str | None = None  # a backward kernel shared with other ops (softshrink, hardshrink)
     torch: Torch | None = None
     module: str = ""  # multiact.torch's nn.Module name, PyTorch's spelling, where CamelCase of the name is not it
@@ -237,18 +242,18 @@ def _f(name, default=REQUIRED, **kw) -> Param:
 
 _T = Torch
 DEFS: tuple[OpDef, ...] = (
-    OpDef("relu", "Rectified linear unit.", "max(x, 0)", y_form="same", torch=_T("relu"), module="ReLU",
-          onnx="Relu"),
-    OpDef("relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", y_form="same", torch=_T("relu6"), module="ReLU6",
-          onnx="Clip"),
+    OpDef("relu", "Rectified linear unit.", "max(x, 0)", y_form="same", piecewise_linear="exact", torch=_T("relu"),
+          module="ReLU", onnx="Relu"),
+    OpDef("relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", y_form="same", piecewise_linear="exact",
+          torch=_T("relu6"), module="ReLU6", onnx="Clip"),
     OpDef("leaky_relu", "Leaky ReLU: a small slope for negative inputs.", "x if x > 0 else negative_slope * x",
-          (_f("negative_slope", 0.01),), y_form="same", y_condition="negative_slope > 0",
+          (_f("negative_slope", 0.01),), y_form="same", y_condition="negative_slope > 0", piecewise_linear="exact",
           y_allowed=lambda p: p["negative_slope"] > 0, torch=_T("leaky_relu", ("negative_slope",)),
           module="LeakyReLU",
           onnx="LeakyRelu", cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
     OpDef("prelu", "Parametric ReLU: a learned slope per channel along `axis`.", "x if x > 0 else weight[c] * x",
           (_f("weight", kind="array", doc="1 element, or x.shape[axis] elements"), _f("axis", 1, kind="int")),
-          param_grad="weight", torch=_T("prelu"), module="PReLU", onnx="PRelu",
+          param_grad="weight", piecewise_linear="exact", torch=_T("prelu"), module="PReLU", onnx="PRelu",
           cases=({"weight": "per-channel", "axis": 1}, {"weight": "single"})),
     OpDef("elu", "Exponential linear unit.", "x if x > 0 else alpha * (exp(x) - 1)", (_f("alpha", 1.0),),
           y_form="own", y_condition="alpha >= 0", y_allowed=lambda p: p["alpha"] >= 0,
@@ -285,7 +290,8 @@ DEFS: tuple[OpDef, ...] = (
           "PyTorch's alpha = 1/6, beta = 0.5",
           (_f("alpha", 1.0 / 6.0, lo=0, lo_open=True, doc="the slope, > 0 (PyTorch: 1/6; ONNX's default: 0.2)"),
            _f("beta", 0.5, doc="the value at x = 0")),
-          torch=_T("hardsigmoid"), onnx="HardSigmoid", cases=({"alpha": 0.2, "beta": 0.5},)),
+          piecewise_linear="rounded", torch=_T("hardsigmoid"), onnx="HardSigmoid",
+          cases=({"alpha": 0.2, "beta": 0.5},)),
     OpDef("sigmoid", "Logistic sigmoid.", "1 / (1 + exp(-x))", y_form="own",
           torch=_T("sigmoid", namespace="torch"), onnx="Sigmoid", cost={"sigmoid": (5, 7)}),
     OpDef("logsigmoid", "Log of the sigmoid, without overflow.", "-softplus(-x)",
@@ -293,7 +299,7 @@ DEFS: tuple[OpDef, ...] = (
     OpDef("tanh", "Hyperbolic tangent.", "tanh(x)", y_form="own", torch=_T("tanh", namespace="torch"),
           onnx="Tanh", cost={"tanh": (6, 6)}),
     OpDef("hardtanh", "Clamp to [min_val, max_val].", "min(max(x, min_val), max_val)",
-          (_f("min_val", -1.0), _f("max_val", 1.0)), y_form="same",
+          (_f("min_val", -1.0), _f("max_val", 1.0)), y_form="same", piecewise_linear="exact",
           # refused as PyTorch refuses it; ONNX's Clip defines min > max as max everywhere (a constant, no activation)
           condition=lambda p: None if p["min_val"] <= p["max_val"] else (
               f"min_val ({p['min_val']}) must be <= max_val ({p['max_val']}), as PyTorch requires; ONNX's Clip "
@@ -311,13 +317,16 @@ DEFS: tuple[OpDef, ...] = (
     OpDef("mish", "Self-regularised non-monotonic activation.", "x * tanh(softplus(x))", torch=_T("mish"),
           onnx="Mish", cost={"mish": (7, 10)}),
     OpDef("softshrink", "Soft shrinkage towards 0 by lambd.", "x - lambd if x > lambd, x + lambd if x < -lambd, else 0",
-          (_f("lambd", 0.5, lo=0),), grad_kernel="shrink_grad", torch=_T("softshrink", ("lambd",)), onnx="Shrink",
+          (_f("lambd", 0.5, lo=0),), grad_kernel="shrink_grad", piecewise_linear="rounded",
+          torch=_T("softshrink", ("lambd",)), onnx="Shrink",
           cases=({"lambd": 0.3}, {"lambd": 0.0})),
     OpDef("hardshrink", "Zero inside [-lambd, lambd].", "x if |x| > lambd else 0", (_f("lambd", 0.5, lo=0),),
-          grad_kernel="shrink_grad", torch=_T("hardshrink", ("lambd",)), onnx="Shrink", cases=({"lambd": 0.3},)),
+          grad_kernel="shrink_grad", piecewise_linear="exact", torch=_T("hardshrink", ("lambd",)), onnx="Shrink",
+          cases=({"lambd": 0.3},)),
     OpDef("tanhshrink", "x - tanh(x).", "x - tanh(x)", torch=_T("tanhshrink"), cost={"tanhshrink": (13, 6)}),
     OpDef("threshold", "Replace x <= threshold by value.", "x if x > threshold else value",
-          (_f("threshold"), _f("value")), torch=_T("threshold", ("threshold", "value")), onnx="ThresholdedRelu",
+          (_f("threshold"), _f("value")), piecewise_linear="exact", torch=_T("threshold", ("threshold", "value")),
+          onnx="ThresholdedRelu",
           cases=({"threshold": 0.3, "value": -2.0}, {"threshold": -1.0, "value": 0.0})),
 )
 

@@ -101,7 +101,8 @@ class OpSpec:
     param_grad2_ref: tuple[Callable[..., Any], Callable[..., Any]] | None = None
     kinks: Callable[[Mapping[str, Any]], tuple[float, ...]] = lambda p: ()
     tol: Tolerance = field(default_factory=Tolerance)
-    exact: bool = False  # piecewise linear: backends must round exactly like the formula
+    # backends must round exactly like the formula; None: from the definition (piecewise_linear="exact")
+    exact: bool | None = None
 
     def __repr__(self) -> str:  # the dataclass's would print every reference function's address
         return f"OpSpec({self.signature()}; y-form: {self.y_form_text()})"
@@ -132,6 +133,10 @@ class OpSpec:
         d = self.defn
         if bool(d.y_form) != (self.backward_y is not None) or bool(d.param_grad) != (self.param_grad_ref is not None):
             raise ValueError(f"{d.name}: the references do not match the definition's y-form / parameter gradient")
+        if self.exact is None:
+            object.__setattr__(self, "exact", d.piecewise_linear == "exact")
+        if self.backward2 is None and d.piecewise_linear:  # f'' = 0 almost everywhere
+            object.__setattr__(self, "backward2", R.zero_grad2)
 
     name = property(lambda self: self.defn.name)
     summary = property(lambda self: self.defn.summary)
@@ -296,17 +301,13 @@ def _gelu_cond(x: np.ndarray, p: Mapping[str, Any]) -> np.ndarray:
 # the parameter gradient where the definition has them), kinks, accuracy bound.
 _NUMERICS: dict[str, dict[str, Any]] = {
     "relu": dict(forward=R.relu, backward=R.relu_grad, backward_y=R.relu_grad, kinks=lambda p: (0.0,),
-                 tol=_LINEAR, exact=True,
-                 backward2=R.relu_grad2),
+                 tol=_LINEAR),
     "relu6": dict(forward=R.relu6, backward=R.relu6_grad, backward_y=R.relu6_grad, kinks=lambda p: (0.0, 6.0),
-                  tol=_LINEAR, exact=True,
-                  backward2=R.relu6_grad2),
+                  tol=_LINEAR),
     "leaky_relu": dict(forward=R.leaky_relu, backward=R.leaky_relu_grad, backward_y=R.leaky_relu_grad,
-                       kinks=lambda p: (0.0,), tol=_LINEAR, exact=True,
-                       backward2=R.leaky_relu_grad2),
+                       kinks=lambda p: (0.0,), tol=_LINEAR),
     "prelu": dict(forward=R.prelu, backward=R.prelu_grad, param_grad_ref=R.prelu_weight_grad, kinks=lambda p: (0.0,),
-                  tol=_LINEAR, exact=True,
-                  backward2=R.prelu_grad2, param_grad2_ref=(R.prelu_grad2_weight, R.prelu_grad2_weight_weight)),
+                  tol=_LINEAR, param_grad2_ref=(R.prelu_grad2_weight, R.prelu_grad2_weight_weight)),
     "elu": dict(forward=R.elu, backward=R.elu_grad, backward_y=R.elu_grad_y, kinks=lambda p: (0.0,), tol=_EXP_FROM_Y,
                 backward2=R.elu_grad2),
     "selu": dict(forward=R.selu, backward=R.selu_grad, backward_y=R.selu_grad_y, kinks=lambda p: (0.0,),
@@ -331,8 +332,7 @@ _NUMERICS: dict[str, dict[str, Any]] = {
                       backward2=R.hardswish_grad2),
     "hardsigmoid": dict(forward=R.hardsigmoid, backward=R.hardsigmoid_grad,
                         kinks=lambda p: R._hardsigmoid_pieces(p["alpha"], p["beta"])[2:],
-                        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2),
-                        backward2=R.hardsigmoid_grad2),
+                        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2)),
     "sigmoid": dict(forward=R.sigmoid_fwd, backward=R.sigmoid_grad, backward_y=R.sigmoid_grad_y,
                     backward2=R.sigmoid_grad2),
     "logsigmoid": dict(forward=R.logsigmoid, backward=R.logsigmoid_grad, tol=Tolerance(fwd_atol=1),
@@ -340,8 +340,7 @@ _NUMERICS: dict[str, dict[str, Any]] = {
     "tanh": dict(forward=R.tanh, backward=R.tanh_grad, backward_y=R.tanh_grad_y,
                  backward2=R.tanh_grad2),
     "hardtanh": dict(forward=R.hardtanh, backward=R.hardtanh_grad, backward_y=R.hardtanh_grad,
-                     kinks=lambda p: (p["min_val"], p["max_val"]), tol=_LINEAR, exact=True,
-                     backward2=R.hardtanh_grad2),
+                     kinks=lambda p: (p["min_val"], p["max_val"]), tol=_LINEAR),
     "softplus": dict(forward=R.softplus, backward=R.softplus_grad, kinks=lambda p: (p["threshold"] / p["beta"],),
                      tol=Tolerance(cond=_scaled_arg("beta")),
                      backward2=R.softplus_grad2),
@@ -350,16 +349,13 @@ _NUMERICS: dict[str, dict[str, Any]] = {
     "mish": dict(forward=R.mish, backward=R.mish_grad, kinks=lambda p: (-1.1924, 0.0), tol=_crosses_zero(),
                  backward2=R.mish_grad2),
     "softshrink": dict(forward=R.softshrink, backward=R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]),
-                       tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1),
-                       backward2=R.shrink_grad2),
+                       tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1)),
     "hardshrink": dict(forward=R.hardshrink, backward=R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]),
-                       tol=_LINEAR, exact=True,
-                       backward2=R.shrink_grad2),
+                       tol=_LINEAR),
     "tanhshrink": dict(forward=R.tanhshrink, backward=R.tanhshrink_grad, kinks=lambda p: (0.0,),
                        backward2=R.tanhshrink_grad2),
     "threshold": dict(forward=R.threshold, backward=R.threshold_grad, kinks=lambda p: (p["threshold"],),
-                      tol=_LINEAR, exact=True,
-                      backward2=R.threshold_grad2),
+                      tol=_LINEAR),
 }
 
 OPS: dict[str, OpSpec] = {name: OpSpec(d, **_NUMERICS[name]) for name, d in DEFINITIONS.items()}
@@ -393,8 +389,8 @@ def get(name: str) -> OpSpec:
 FAMILY_KEYS: dict[str, tuple[Any, OpSpec, str]] = {f.key(k): (f, OPS[d.name], k) for f, d, k in family_keys()}
 
 # bias_act's own activation, the identity (StyleGAN's 'linear'): not an op of the table.
-LINEAR = OpSpec(OpDef("linear", "The identity: bias_act's default activation.", "x"),
-                forward=lambda x: x * 1.0, backward=lambda dy, x: dy * np.ones_like(x), tol=_LINEAR, exact=True)
+LINEAR = OpSpec(OpDef("linear", "The identity: bias_act's default activation.", "x", piecewise_linear="exact"),
+                forward=lambda x: x * 1.0, backward=lambda dy, x: dy * np.ones_like(x), tol=_LINEAR)
 
 # bias_act:<act> -> (its family, the activation's spec, the activation's key).
 BIAS_ACT_KEYS: dict[str, tuple[Any, OpSpec, str]] = {

@@ -106,6 +106,12 @@ def _grad2_name(key: str) -> str:
     return f"{key}_grad2"
 
 
+def zero_grad2_keys() -> tuple[str, ...]:
+    """The kernel keys whose second derivative is the zero body (the definitions' piecewise_linear ops; prelu's
+    for every weight, its kernel takes none): ma_kernel_list.h's MA_ZERO_GRAD2_LIST, expanded by ma_ops2.h."""
+    return tuple(k for d in DEFS if d.piecewise_linear for k in d.keys)
+
+
 def _channel_op(d) -> bool:
     """An op with an array parameter (a weight per channel) has kernels of its own signature."""
     return any(p.kind == "array" for p in d.params)
@@ -257,14 +263,14 @@ def _src(name: str) -> str:
 
 
 def float64_bodies() -> frozenset[str]:
-    """The C names whose bodies compile in float64 lanes: the op_<name> bodies (and MA_ZERO_GRAD2 lines) of
-    ma_ops.h and ma_ops2.h above their `#if !defined(MA_F64)` line (the bodies below it use float32 math), and
-    every one of ma_ops64.h (the float64 bodies of the exponential ops)."""
-    names: set[str] = set()
+    """The C names whose bodies compile in float64 lanes: the op_<name> bodies of ma_ops.h and ma_ops2.h above
+    their `#if !defined(MA_F64)` line (the bodies below it use float32 math), the zero second derivatives
+    (zero_grad2_keys: ma_ops2.h expands them above that line), and every one of ma_ops64.h (the float64 bodies
+    of the exponential ops)."""
+    names: set[str] = {_grad2_name(k) for k in zero_grad2_keys()}
     for header in ("ma_ops.h", "ma_ops2.h", "ma_ops64.h"):
         head = _src(header).split("\n#if !defined(MA_F64)", 1)[0]
         names.update(re.findall(r"^MA_INLINE V op_(\w+)\(", head, flags=re.M))
-        names.update(n + "_grad2" for n in re.findall(r"^MA_ZERO_GRAD2\((\w+)\)", head, flags=re.M))
     return frozenset(names)
 
 
@@ -443,7 +449,9 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
                               for n in _elementwise(sig) if n in f64 and only is None)  # the C harness: none
     lists_bf16 = (bf16_list("MA_KERNEL_LIST", wrapped[:n_e]) + bf16_list("MA_GATED_LIST", wrapped[n_e:n_g])
                   + bf16_list("MA_BIAS_LIST", wrapped[n_g:n_b]) + bf16_list("MA_BIAS_Y_LIST", wrapped[n_b:]))
-    return (f"/* Generated from native/kernels.py; do not edit. */\n{guards}"
+    zero = " \\\n".join(f"    MA_ZERO_GRAD2({k})" for k in zero_grad2_keys())
+    return ("/* Generated from native/kernels.py; do not edit. */\n#ifndef MA_KERNEL_LIST_H\n"
+            f"#define MA_KERNEL_LIST_H\n{guards}"
             "/* The prelu and swish-beta kernels (not in the lists) go with part 0. */\n"
             "#if !defined(MA_PART) || MA_PART == 0\n#define MA_PART_FIRST 1\n#else\n#define MA_PART_FIRST 0\n#endif\n"
             f"#define MA_KERNEL_LIST \\\n{body}\n"
@@ -458,7 +466,11 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
             "/* The kernels whose bfloat16 versions are built (the extension: all) */\n"
             f"{lists_bf16}"
             "/* The float64 kernels (ma_kernels64.inc), one translation unit per ISA */\n"
-            f"#define MA_KERNEL_LIST_F64 \\\n{f64_body}\n")
+            f"#define MA_KERNEL_LIST_F64 \\\n{f64_body}\n"
+            "/* MA_ZERO_GRAD2(key): the keys whose f'' is 0 (the definitions' piecewise_linear), every one whatever\n"
+            " * the selection: ma_ops2.h's zero bodies */\n"
+            f"#define MA_ZERO_GRAD2_LIST \\\n{zero}\n"
+            "#endif\n")
 
 
 _SIGS = {

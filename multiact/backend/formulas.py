@@ -793,7 +793,7 @@ def tanhshrink_grad(dy, x, a, b):
 # takes no w (one loop of arity 3 in every backend, no per-channel weight operand to pass).
 
 
-@_formula(*((k, "backward2") for k, s in KEYS.items() if getattr(s.backward2, "piecewise_linear", False)))
+@_formula(*((k, "backward2") for k, s in KEYS.items() if s.defn.piecewise_linear))
 def zero_grad2(g, dy, x, a, b):
     """f'' = 0 (piecewise linear): +0, NaN where x is NaN."""
     return keepnan(x, ZERO)
