@@ -181,7 +181,13 @@ class OpDef:
     grad_kernel: str | None = None  # a backward kernel shared with other ops (softshrink, hardshrink)
     torch: Torch | None = None
     module: str = ""  # multiact.torch's nn.Module name, PyTorch's spelling, where CamelCase of the name is not it
-    onnx: str | None = None
+    onnx: str | None = None  # ONNX's operator
+    # How a node of that operator carries the parameters (read by `from_onnx_node`, written by to_onnx's runtime
+    # graphs): ONNX attribute, or `input1`, `input2` (the node's inputs after x), -> the parameter it holds (by
+    # name) or the value it has for this op (Shrink's bias: lambd for softshrink, 0 for hardshrink).  An op
+    # without them is not what a node of a shared operator reads as (relu6: a Clip node is a hardtanh).
+    onnx_attrs: Mapping[str, Any] = field(default_factory=dict)
+    onnx_fixed: Mapping[str, Any] = field(default_factory=dict)  # the parameters the node computes at these values
     # Per kernel key (forward, backward) time per element relative to relu's, in cache: the native
     # runtime threads a call once elements x cost reach its parallel minimum. y-forms cost 1.
     cost: Mapping[str, tuple[int, int]] = field(default_factory=dict)
@@ -191,6 +197,11 @@ class OpDef:
     @property
     def param_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
+
+    @property
+    def array_param(self) -> str | None:
+        """The parameter that is an array of its own (prelu's weight: one per channel along `axis`), or None."""
+        return next((p.name for p in self.params if p.kind == "array"), None)
 
     @property
     def float_params(self) -> tuple[str, ...]:
@@ -249,15 +260,16 @@ DEFS: tuple[OpDef, ...] = (
     OpDef("leaky_relu", "Leaky ReLU: a small slope for negative inputs.", "x if x > 0 else negative_slope * x",
           (_f("negative_slope", 0.01),), y_form="same", y_condition="negative_slope > 0", piecewise_linear="exact",
           y_allowed=lambda p: p["negative_slope"] > 0, torch=_T("leaky_relu", ("negative_slope",)),
-          module="LeakyReLU",
-          onnx="LeakyRelu", cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
+          module="LeakyReLU", onnx="LeakyRelu", onnx_attrs={"alpha": "negative_slope"},
+          cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
     OpDef("prelu", "Parametric ReLU: a learned slope per channel along `axis`.", "x if x > 0 else weight[c] * x",
           (_f("weight", kind="array", doc="1 element, or x.shape[axis] elements"), _f("axis", 1, kind="int")),
           param_grad="weight", piecewise_linear="exact", torch=_T("prelu"), module="PReLU", onnx="PRelu",
+          onnx_attrs={"input1": "weight"}, onnx_fixed={"axis": -1},
           cases=({"weight": "per-channel", "axis": 1}, {"weight": "single"})),
     OpDef("elu", "Exponential linear unit.", "x if x > 0 else alpha * (exp(x) - 1)", (_f("alpha", 1.0),),
           y_form="own", y_condition="alpha >= 0", y_allowed=lambda p: p["alpha"] >= 0,
-          torch=_T("elu", ("alpha",)), module="ELU", onnx="Elu", cost={"elu": (5, 8)},
+          torch=_T("elu", ("alpha",)), module="ELU", onnx="Elu", onnx_attrs={"alpha": "alpha"}, cost={"elu": (5, 8)},
           cases=({"alpha": 0.5}, {"alpha": 0.0})),
     OpDef("selu", "Scaled ELU (self-normalising); alpha and scale as ONNX's Selu alpha and gamma.",
           "scale * (x if x > 0 else alpha * (exp(x) - 1))",
@@ -265,16 +277,18 @@ DEFS: tuple[OpDef, ...] = (
            _f("scale", SELU_SCALE, doc="PyTorch's constant by default (ONNX Selu's gamma)")),
           y_form="own", y_condition="alpha >= 0 and scale > 0",
           y_allowed=lambda p: p["alpha"] >= 0 and p["scale"] > 0,
-          torch=_T("selu"), module="SELU", onnx="Selu", cost={"selu": (5, 8)}, cases=({"alpha": 2.0, "scale": 3.0},)),
+          torch=_T("selu"), module="SELU", onnx="Selu", onnx_attrs={"alpha": "alpha", "gamma": "scale"},
+          cost={"selu": (5, 8)}, cases=({"alpha": 2.0, "scale": 3.0},)),
     OpDef("celu", "Continuously differentiable ELU.", "x if x > 0 else alpha * (exp(x / alpha) - 1)",
           (_f("alpha", 1.0, nonzero=True),), y_form="own", y_condition="alpha > 0",
           y_allowed=lambda p: p["alpha"] > 0, torch=_T("celu", ("alpha",)), module="CELU", onnx="Celu",
-          cost={"celu": (7, 8)}, cases=({"alpha": 0.7}, {"alpha": 2.5})),
+          onnx_attrs={"alpha": "alpha"}, cost={"celu": (7, 8)}, cases=({"alpha": 0.7}, {"alpha": 2.5})),
     OpDef("gelu", "Gaussian error linear unit, exact or with the tanh approximation.",
           "x * Phi(x), or 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
           (_f("approximate", "none", kind="choice", choices=("none", "tanh")),),
           variant=("approximate", {"none": "gelu", "tanh": "gelu_tanh"}),
           torch=_T("gelu", kwargs=("approximate",)), module="GELU", onnx="Gelu",
+          onnx_attrs={"approximate": "approximate"},
           cost={"gelu": (12, 15), "gelu_tanh": (8, 11)}, cases=({"approximate": "tanh"},)),
     OpDef("fast_gelu", "CANN's FastGelu: x * sigmoid(1.702 x).", "x * sigmoid(1.702 x)", module="FastGELU",
           cost={"fast_gelu": (6, 7)}),
@@ -291,7 +305,7 @@ DEFS: tuple[OpDef, ...] = (
           (_f("alpha", 1.0 / 6.0, lo=0, lo_open=True, doc="the slope, > 0 (PyTorch: 1/6; ONNX's default: 0.2)"),
            _f("beta", 0.5, doc="the value at x = 0")),
           piecewise_linear="rounded", torch=_T("hardsigmoid"), onnx="HardSigmoid",
-          cases=({"alpha": 0.2, "beta": 0.5},)),
+          onnx_attrs={"alpha": "alpha", "beta": "beta"}, cases=({"alpha": 0.2, "beta": 0.5},)),
     OpDef("sigmoid", "Logistic sigmoid.", "1 / (1 + exp(-x))", y_form="own",
           torch=_T("sigmoid", namespace="torch"), onnx="Sigmoid", cost={"sigmoid": (5, 7)}),
     OpDef("logsigmoid", "Log of the sigmoid, without overflow.", "-softplus(-x)",
@@ -304,12 +318,14 @@ DEFS: tuple[OpDef, ...] = (
           condition=lambda p: None if p["min_val"] <= p["max_val"] else (
               f"min_val ({p['min_val']}) must be <= max_val ({p['max_val']}), as PyTorch requires; ONNX's Clip "
               "with min > max gives max everywhere, which is np.full_like(x, max_val), not an activation"),
-          torch=_T("hardtanh", ("min_val", "max_val")), onnx="Clip", cases=({"min_val": -2.0, "max_val": 0.5},)),
+          torch=_T("hardtanh", ("min_val", "max_val")), onnx="Clip",
+          onnx_attrs={"input1": "min_val", "input2": "max_val"}, cases=({"min_val": -2.0, "max_val": 0.5},)),
     OpDef("softplus", "Smooth ReLU; linear where beta * x > threshold.",
           "log(1 + exp(beta x)) / beta, or x where beta x > threshold",
           (_f("beta", 1.0, lo=0, lo_open=True),
            _f("threshold", 20.0, inf_ok=True, doc="+inf: never linear (ONNX's Softplus has no threshold)")),
-          torch=_T("softplus", ("beta", "threshold")), onnx="Softplus", cost={"softplus": (10, 7)},
+          torch=_T("softplus", ("beta", "threshold")), onnx="Softplus",
+          onnx_fixed={"beta": 1.0, "threshold": math.inf}, cost={"softplus": (10, 7)},
           # threshold 1e6: the smooth branch reaches beta * x far past where sigmoid saturates (1e5)
           cases=({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0},
                  {"beta": 1.0, "threshold": 1e6}, {"beta": 1.0, "threshold": math.inf})),
@@ -318,15 +334,15 @@ DEFS: tuple[OpDef, ...] = (
           onnx="Mish", cost={"mish": (7, 10)}),
     OpDef("softshrink", "Soft shrinkage towards 0 by lambd.", "x - lambd if x > lambd, x + lambd if x < -lambd, else 0",
           (_f("lambd", 0.5, lo=0),), grad_kernel="shrink_grad", piecewise_linear="rounded",
-          torch=_T("softshrink", ("lambd",)), onnx="Shrink",
+          torch=_T("softshrink", ("lambd",)), onnx="Shrink", onnx_attrs={"lambd": "lambd", "bias": "lambd"},
           cases=({"lambd": 0.3}, {"lambd": 0.0})),
     OpDef("hardshrink", "Zero inside [-lambd, lambd].", "x if |x| > lambd else 0", (_f("lambd", 0.5, lo=0),),
           grad_kernel="shrink_grad", piecewise_linear="exact", torch=_T("hardshrink", ("lambd",)), onnx="Shrink",
-          cases=({"lambd": 0.3},)),
+          onnx_attrs={"lambd": "lambd", "bias": 0.0}, cases=({"lambd": 0.3},)),
     OpDef("tanhshrink", "x - tanh(x).", "x - tanh(x)", torch=_T("tanhshrink"), cost={"tanhshrink": (13, 6)}),
     OpDef("threshold", "Replace x <= threshold by value.", "x if x > threshold else value",
           (_f("threshold"), _f("value")), piecewise_linear="exact", torch=_T("threshold", ("threshold", "value")),
-          onnx="ThresholdedRelu",
+          onnx="ThresholdedRelu", onnx_attrs={"alpha": "threshold"}, onnx_fixed={"value": 0.0},
           cases=({"threshold": 0.3, "value": -2.0}, {"threshold": -1.0, "value": 0.0})),
 )
 

@@ -128,11 +128,11 @@ def _session_runs_on_cann(providers: Callable[[], list]) -> tuple[bool, str]:
     try:
         import onnxruntime as ort
 
-        from multiact.onnx_export import to_onnx
-
         from ._ort_sessions import session_options
+        from .onnx_graphs import kernel_model
 
-        sess = ort.InferenceSession(to_onnx("relu").SerializeToString(), session_options(1), providers=providers())
+        model = kernel_model("relu", "forward", "float32", {})
+        sess = ort.InferenceSession(model.SerializeToString(), session_options(1), providers=providers())
         got = sess.get_providers()
     except Exception as e:
         return False, f"a session on {CANN} failed: {type(e).__name__}: {e}"
