@@ -16,8 +16,7 @@ NAMES = set(OPS) | set(KEYS)
 ALLOWED = {
     ("multiact/_opdefs.py", "DEFS"): "the definitions themselves",
     ("multiact/optable.py", "_NUMERICS"): "the op table's numerics: each op's float64 references, kinks, bound",
-    ("multiact/tools/peers.py", "_torch_table"): "the torch peer's kernels (aten functions) per op",
-    ("multiact/tools/peers.py", "_ort_nodes"): "the ONNX Runtime peer's nodes per op",
+    ("multiact/tools/peers.py", "_ORT_NODES"): "the ONNX Runtime peer's nodes per op",
     ("multiact/tools/peers.py", "_NUMPY_FWD"): "the NumPy peer's formulas",
     ("multiact/tools/peers.py", "_NUMPY_BWD"): "the NumPy peer's formulas",
     ("multiact/tools/peers.py", "_NUMPY_NO_OUT"): "which of the NumPy peer's formulas end in np.where",
