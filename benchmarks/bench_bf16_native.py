@@ -40,8 +40,9 @@ def _cpu() -> str:
 
 
 def _params(op: str) -> dict:
-    if op == "prelu":
-        return {"weight": np.array([0.25], np.float32), "axis": 0}
+    array = OPS[op].defn.array_param
+    if array:  # one weight (prelu's), on a 1-D x
+        return {array: np.array([0.25], np.float32), "axis": 0}
     return OPS[op].validate(C.param_cases(OPS[op])[0])  # the defaults, or the first case (threshold has none)
 
 

@@ -9,7 +9,8 @@ C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sig
 `ma_bf16_silu__scalar`, `ma_f32_silu__avx512`.
 An op's elementwise kernels are its kernel keys (forward), `<key>_grad` or the op's shared backward
 kernel, and `<key>_grad_y` for a backward of its own from the output; an op with an array parameter
-(prelu) and the parameter gradients have signatures of their own.
+(prelu: signature `channel`, a weight per channel) and the parameter gradients (`channel_param_grad`,
+`scalar_param_grad`) have signatures of their own.
 
 Second derivatives (direction backward2, `ma.backward2`): `<key>_grad2` for every kernel key, signature
 ternary (g, dy, x) -> g dy f''(x), bodies in ma_ops2.h (prelu's takes no weight: its f'' is 0 for every one).
@@ -97,7 +98,7 @@ class Kernel(NamedTuple):
     isa: str
     cname: str
     symbol: str
-    signature: str  # unary | binary | ternary | prelu | prelu_weight_grad | swish_beta_grad | gated | gated_grad
+    signature: str  # unary | binary | ternary | channel | channel_param_grad | scalar_param_grad | gated | gated_grad
     #                 | bias_act | bias_act_grad
 
 
@@ -123,14 +124,14 @@ def _rows() -> list[tuple[str, str, str, str, str]]:
     for d in DEFS:
         for key in d.keys:
             if _channel_op(d):
-                rows += [(d.name, key, "forward", d.name, "prelu"), (d.name, key, "backward", d.name, "prelu")]
+                rows += [(d.name, key, "forward", d.name, "channel"), (d.name, key, "backward", d.name, "channel")]
             else:
                 names = d.kernel_names(key)
                 rows += [(d.name, key, direction, cname, "unary" if direction == "forward" else "binary")
                          for direction, cname in names.items()]
             rows.append((d.name, key, "backward2", _grad2_name(key), "ternary"))
         if d.param_grad:
-            sig = "prelu_weight_grad" if _channel_op(d) else "swish_beta_grad"
+            sig = "channel_param_grad" if _channel_op(d) else "scalar_param_grad"
             rows.append((d.name, d.name, "param_grad", f"{d.name}_{d.param_grad}_grad", sig))
     for fam, _, k in _gated_keys():
         rows += [(fam.name, fam.key(k), direction, fam.cname(k, direction), fam.name + sig)
@@ -477,10 +478,12 @@ _SIGS = {
     "unary": "void {s}(const {t} *x, {t} *y, size_t n, const ma_params *p);",
     "binary": "void {s}(const {t} *dy, const {t} *x, {t} *dx, size_t n, const ma_params *p);",
     "ternary": "void {s}(const {t} *g, const {t} *dy, const {t} *x, {t} *out, size_t n, const ma_params *p);",
-    "prelu": "void {s}(const {t} *dy, const {t} *x, {t} *y, size_t outer, size_t c, size_t inner, "
+    "channel": "void {s}(const {t} *dy, const {t} *x, {t} *y, size_t outer, size_t c, size_t inner, "
              "const float *w, int nthreads);",
-    "prelu_weight_grad": "void {s}(const {t} *dy, const {t} *x, size_t outer, size_t c, size_t inner, double *acc);",
-    "swish_beta_grad": "double {s}(const {t} *dy, const {t} *x, size_t n, float beta, unsigned cost, int nthreads);",
+    "channel_param_grad": "void {s}(const {t} *dy, const {t} *x, size_t outer, size_t c, size_t inner, "
+                          "double *acc);",
+    "scalar_param_grad": "double {s}(const {t} *dy, const {t} *x, size_t n, float beta, unsigned cost, "
+                         "int nthreads);",
     "gated": "void {s}(const {t} *gate, const {t} *up, {t} *y, const ma_gshape *s, const ma_params *p);",
     "gated_grad": "void {s}(const {t} *dy, const {t} *gate, const {t} *up, {t} *dgate, {t} *dup, "
                   "const ma_gshape *s, const ma_params *p);",

@@ -115,7 +115,7 @@ def served(backend: str, spec, p, direction: str) -> bool:
 def rows(backend: str, ops: list[str] | None):
     x = points()
     for op, spec in OPS.items():
-        if (ops and op not in ops) or op == "prelu":
+        if (ops and op not in ops) or spec.defn.array_param:  # a weight per channel: not an elementwise sweep
             continue
         for params in C.param_cases(spec):
             p = C._rounded(spec, params, np.float64)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import multiact as ma
-from multiact.optable import OPS
+from multiact.optable import OPS, REQUIRED
 
 
 def _rss_mib() -> float:
@@ -42,10 +42,11 @@ def _mix(backends: list[str]):
     inputs = {(d, n): (rng.standard_normal(n) * 4).astype(d) for d in ("float16", "float32", "float64") for n in sizes}
     entries = []
     for op in OPS:
+        needs_params = any(q.default is REQUIRED for q in OPS[op].params)  # called with the defaults only
         for dtype in ("float16", "float32", "float64"):
             for backend in backends:
                 for direction in ("forward", "backward"):
-                    if op in ("prelu", "threshold") or not ma.registry.module(backend).supports(op, direction, dtype):
+                    if needs_params or not ma.registry.module(backend).supports(op, direction, dtype):
                         continue
                     entries.append((op, direction, backend, inputs[(dtype, sizes[len(entries) % len(sizes)])]))
     order = rng.permutation(len(entries))

@@ -53,7 +53,7 @@ import numpy as np
 from multiact._config import get_num_threads
 from multiact._layout import coalesce, flat_views
 from multiact.dtypes import f32_bits_to_bf16, is_bf16, to_float32
-from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS
 
 NAME = "numba"
 PRIORITY = 20
@@ -144,8 +144,9 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     """The kernel for (kernel key, direction, dtype), following the calling conventions of the registry."""
     if not supports(key, direction, dtype):
         raise ValueError(f"numba backend has no kernel for {key} {direction} {dtype}")
-    if direction == "param_grad":
-        return _swish_beta_grad if key == "swish" else _prelu_weight_grad
+    defn = KEYS[key].defn if key in KEYS else None
+    if direction == "param_grad":  # an array parameter's gradient per channel, a scalar one's a sum
+        return _channel_param_grad(key) if defn.array_param else _scalar_param_grad(key)
     wd = "float64" if dtype == "float64" else "float32"
     if direction == "backward2":  # kernel(g, dy, x, out, p); prelu's f'' takes no weight (0 for every w)
         loop_key = (_shared_key(key, direction), direction, wd)
@@ -154,8 +155,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
             _run(loop_key, (g, dy, x), out, _params(key, p, dtype))
 
         return backward2
-    if key == "prelu":
-        return _prelu_forward if direction == "forward" else _prelu_backward
+    if defn is not None and defn.array_param:  # prelu's weight per channel
+        return _channel_forward(key) if direction == "forward" else _channel_backward(key)
     if key in FAMILY_KEYS:
         return _gated_kernel(key, direction, dtype, wd)
     if key in BIAS_ACT_KEYS:
@@ -183,29 +184,38 @@ def _shared_key(key: str, direction: str) -> str:
     return next(k for (k, d), f in formulas.TABLE.items() if d == direction and f == name)
 
 
-# ---- prelu and the parameter gradients --------------------------------------------------------------
+# ---- an array parameter (prelu's weight) and the parameter gradients -------------------------------------
+
+# prelu with one slope is leaky_relu: its loop, contiguous fast path included
+_ONE_SLOPE = "leaky_relu"
 
 
-def _prelu_weight(p: dict, x: np.ndarray) -> np.ndarray:
-    return np.asarray(p["weight"], dtype=x.dtype)
+def _channel_forward(key: str) -> Callable:
+    array = KEYS[key].defn.array_param
+
+    def forward(x, out, p):
+        w = np.asarray(p[array], dtype=x.dtype)
+        wd = "float64" if x.dtype == np.float64 else "float32"
+        if w.size == 1:
+            _run((_ONE_SLOPE, "forward", wd), (x,), out, (float(w.reshape(-1)[0]), 0.0))
+        else:
+            _run((key, "forward", wd), (x, np.broadcast_to(w, x.shape)), out, (0.0, 0.0))
+
+    return forward
 
 
-def _prelu_forward(x, out, p):
-    w = _prelu_weight(p, x)
-    wd = "float64" if x.dtype == np.float64 else "float32"
-    if w.size == 1:  # one slope: the leaky_relu loop, contiguous fast path included
-        _run(("leaky_relu", "forward", wd), (x,), out, (float(w.reshape(-1)[0]), 0.0))
-    else:
-        _run(("prelu", "forward", wd), (x, np.broadcast_to(w, x.shape)), out, (0.0, 0.0))
+def _channel_backward(key: str) -> Callable:
+    array = KEYS[key].defn.array_param
 
+    def backward(dy, x, out, p):
+        w = np.asarray(p[array], dtype=x.dtype)
+        wd = "float64" if x.dtype == np.float64 else "float32"
+        if w.size == 1:
+            _run((_ONE_SLOPE, "backward", wd), (dy, x), out, (float(w.reshape(-1)[0]), 0.0))
+        else:
+            _run((key, "backward", wd), (dy, x, np.broadcast_to(w, x.shape)), out, (0.0, 0.0))
 
-def _prelu_backward(dy, x, out, p):
-    w = _prelu_weight(p, x)
-    wd = "float64" if x.dtype == np.float64 else "float32"
-    if w.size == 1:
-        _run(("leaky_relu", "backward", wd), (dy, x), out, (float(w.reshape(-1)[0]), 0.0))
-    else:
-        _run(("prelu", "backward", wd), (dy, x, np.broadcast_to(w, x.shape)), out, (0.0, 0.0))
+    return backward
 
 
 def _reduce(key: str, dy: np.ndarray, x: np.ndarray, a: float) -> float:
@@ -236,28 +246,39 @@ def _reduce_call(pair, arrays, a) -> float:
     return float(_call(pair, arrays[0].shape[0], (*arrays, a, 0.0)))
 
 
-def _swish_beta_grad(dy, x, p) -> float:
-    """d/d(beta) of sum(dy * swish(x, beta)), accumulated in float64."""
-    return _reduce("swish_beta", dy, x, float(p["beta"]))
+def _scalar_param_grad(key: str) -> Callable:
+    """d/d(param) of sum(dy * op(x, param)) for a scalar parameter (swish's beta), accumulated in float64."""
+    name = KEYS[key].defn.param_grad
+
+    def grad(dy, x, p) -> float:
+        return _reduce(key, dy, x, float(p[name]))
+
+    return grad
 
 
-def _prelu_weight_grad(dy, x, p) -> np.ndarray:
-    """Per-channel sum of dy * x over x <= 0, in float64, shaped like the weight."""
-    w = np.asarray(p["weight"])
-    if w.size == 1:
-        return np.full(w.shape, _reduce("prelu_weight", dy, x, 0.0))
-    axis = int(p["axis"])
-    xm, dym = np.moveaxis(x, axis, 0), np.moveaxis(dy, axis, 0)
-    sums = np.array([_reduce("prelu_weight", dym[c], xm[c], 0.0) for c in range(xm.shape[0])])
-    return sums.reshape(w.shape)
+def _channel_param_grad(key: str) -> Callable:
+    """Per-channel sum of the weight's term (prelu: dy * x over x <= 0), in float64, shaped like the weight."""
+    array = KEYS[key].defn.array_param
+
+    def grad(dy, x, p) -> np.ndarray:
+        w = np.asarray(p[array])
+        if w.size == 1:
+            return np.full(w.shape, _reduce(key, dy, x, 0.0))
+        axis = int(p["axis"])
+        xm, dym = np.moveaxis(x, axis, 0), np.moveaxis(dy, axis, 0)
+        sums = np.array([_reduce(key, dym[c], xm[c], 0.0) for c in range(xm.shape[0])])
+        return sums.reshape(w.shape)
+
+    return grad
 
 
 @_once
 def _reductions(key: str) -> _LoopPair:
+    """The float64 loop of an op's parameter-gradient term, tagged <op>_<parameter> (swish_beta, prelu_weight)."""
     from . import formulas
 
-    name = formulas.TABLE[("swish" if key == "swish_beta" else "prelu", "param_grad")]
-    return _LoopPair(getattr(_formulas("float64"), name), 0, key)
+    name = formulas.TABLE[(key, "param_grad")]
+    return _LoopPair(getattr(_formulas("float64"), name), 0, f"{key}_{KEYS[key].defn.param_grad}")
 
 
 # ---- parameters -------------------------------------------------------------------------------
@@ -685,7 +706,8 @@ def _loops(key: tuple[str, str, str]) -> _LoopPair:
 
     op, direction, dtype = key
     scalar = getattr(_formulas(dtype), formulas.TABLE[(op, direction)])
-    arity = _ARITY[direction] + (1 if op == "prelu" and direction != "backward2" else 0)  # prelu's weight
+    array = op in KEYS and KEYS[op].defn.array_param and direction != "backward2"  # prelu's weight operand
+    arity = _ARITY[direction] + (1 if array else 0)
     return _LoopPair(scalar, arity, f"{op}_{direction}_{dtype}")
 
 
