@@ -68,6 +68,7 @@ class Param:
     inf_ok: bool = False  # +inf allowed (softplus's threshold: no linear branch, as ONNX's Softplus)
     choices: tuple[str, ...] = ()
     doc: str = ""
+    along: str = ""  # kind "array": the int parameter naming the axis of x it runs along (prelu's axis)
 
     def range_text(self) -> str:
         if self.kind == "act":
@@ -247,7 +248,8 @@ DEFS: tuple[OpDef, ...] = (
           module="LeakyReLU",
           onnx="LeakyRelu", cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
     OpDef("prelu", "Parametric ReLU: a learned slope per channel along `axis`.", "x if x > 0 else weight[c] * x",
-          (_f("weight", kind="array", doc="1 element, or x.shape[axis] elements"), _f("axis", 1, kind="int")),
+          (_f("weight", kind="array", along="axis", doc="1 element, or x.shape[axis] elements"),
+           _f("axis", 1, kind="int")),
           param_grad="weight", torch=_T("prelu"), module="PReLU", onnx="PRelu",
           cases=({"weight": "per-channel", "axis": 1}, {"weight": "single"})),
     OpDef("elu", "Exponential linear unit.", "x if x > 0 else alpha * (exp(x) - 1)", (_f("alpha", 1.0),),

@@ -1239,10 +1239,10 @@ def _weight_desc(w: Any, x: _Desc, axis: Any, op: str = "prelu") -> tuple[_Desc,
         wshape, wdtype = host.shape, host.dtype
         dev = _upload(np.ascontiguousarray(host.reshape(-1), dtype=x.dtype), x.obj)
         wd = _Desc(dev)
-    from multiact.dispatch import prelu_axis
+    from multiact.checks import channel_axis
 
     ndim = len(x.shape)
-    axis = prelu_axis(op, x.shape, wshape, axis)
+    axis = channel_axis(op, x.shape, wshape, axis)
     if axis is None:
         return _view(wd, x.shape, [0] * ndim), 1, 0, wshape, wdtype
     size = math.prod(wshape)
