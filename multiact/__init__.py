@@ -23,6 +23,7 @@ from .gated import FUNCTIONS as _GATED
 from .onnx_export import to_onnx
 from .optable import OpSpec
 from .registry import BackendInfo, backends, use
+from .vocab import DIRECTIONS as _DIRECTIONS
 
 __version__ = "0.1.0"
 
@@ -57,7 +58,7 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
     gated:silu)."""
     from . import elementwise, fused_bias_act, gated
 
-    directions = (*_ops.DIRECTIONS, "backward2")
+    directions = tuple(n for n, d in _DIRECTIONS.items() if d.function != "param_grad2")  # explain names no parameter
     if direction not in directions:
         raise ValueError(f"direction must be one of {directions}, got {direction!r}")
     for family in (gated, fused_bias_act):

@@ -28,7 +28,6 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
 # float32's smallest normal: a parameter that must be nonzero (or > 0) must stay so in float32.
 F32_TINY = 2.0**-126
 F32_MAX = 3.4028234663852886e38  # float32's largest finite value

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from multiact import vocab
 from multiact._config import get_num_threads
 from multiact._layout import coalesce, flat_views
 from multiact.dtypes import f32_bits_to_bf16, is_bf16, to_float32
@@ -61,7 +62,7 @@ KINDS = ("numpy",)
 
 _PAR_MIN = 1 << 16  # below this many elements the serial loop wins (no pool wake-up)
 _BLOCK = 1 << 16  # elements per buffered block (float16 / non-contiguous)
-_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_DTYPES = vocab.DTYPE_NAMES
 
 
 def _once(fn: Callable) -> Callable:
@@ -676,16 +677,14 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool | 
     return njit(parallel=parallel, error_model="numpy", fastmath=fastmath, cache=cache)(ns[name])
 
 
-_ARITY = {"forward": 1, "backward": 2, "backward_y": 2, "backward2": 3}
-
-
 @_once
 def _loops(key: tuple[str, str, str]) -> _LoopPair:
     from . import formulas
 
     op, direction, dtype = key
     scalar = getattr(_formulas(dtype), formulas.TABLE[(op, direction)])
-    arity = _ARITY[direction] + (1 if op == "prelu" and direction != "backward2" else 0)  # prelu's weight
+    # the direction's arrays, and prelu's weight (its f'' takes none)
+    arity = vocab.DIRECTIONS[direction].arity + (1 if op == "prelu" and direction != "backward2" else 0)
     return _LoopPair(scalar, arity, f"{op}_{direction}_{dtype}")
 
 
