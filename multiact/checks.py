@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from . import _arrays, registry
+from . import _arrays, registry, vocab
 
 HOST_KINDS = ("numpy", "torch", "other")  # what runs on the host: NumPy views of it go to the CPU backends
-DEVICE_DTYPES = ("float16", "bfloat16", "float32", "float64")
+DEVICE_DTYPES = vocab.DTYPE_NAMES  # what device and Dask arrays may hold
 
 
 def check_backend(fn: str, backend: Any) -> None:
@@ -57,7 +57,7 @@ def dtype_text(a: Any) -> str:
     return str(a.dtype).replace("torch.", "")
 
 
-_NAMES = {(np.dtype(n).kind, np.dtype(n).itemsize): n for n in ("float16", "float32", "float64")}
+_NAMES = {(np.dtype(n).kind, np.dtype(n).itemsize): n for n in vocab.NUMPY_DTYPES}
 
 
 def dtype_name(dt: np.dtype) -> str:

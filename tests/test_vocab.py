@@ -20,12 +20,8 @@ import multiact as ma
 from multiact import vocab
 
 ROOT = Path(__file__).resolve().parents[1]
-_CALL_PATH = "the call path, until the call-core rewrite lands"
 
 ALLOWED = {
-    ("multiact/dispatch.py", "_NAMES"): _CALL_PATH,
-    ("multiact/dispatch.py", "_DEVICE_DTYPES"): _CALL_PATH,
-    ("multiact/dask_arrays.py", "_FLOATS"): _CALL_PATH,
     ("multiact/onnx_export.py", "_elem"): "ONNX's element type of each dtype the export writes (TensorProto codes)",
     ("multiact/tools/served.py", "COMMANDS"): "the lab's harness command per ISA it can serve off its hardware "
                                              "(recipes, not the list of ISAs; keys checked against the vocabulary)",
