@@ -274,9 +274,13 @@ def accuracy_bf16() -> str:
     return text + "\n".join(s.line() for s in srcs)
 
 
-# float32 sweeps: `multiact check --subset | --dense` tables (accuracy.render), one column per backend / ISA.
-SUBSET_FILES = ("avx2", "scalar", "avx512-simde", "neon", "numba", "numpy")
-DENSE_FILES = ("avx2", "scalar", "neon")
+# float32 sweeps: `multiact check --subset | --dense` tables (accuracy.render), one column per results file
+# (per backend / ISA run), in the order of their names.
+def sweep_files(kind: str) -> list[str]:
+    """The suffixes of the committed sweep results of one kind (accuracy-f32-<kind>-<suffix>.txt)."""
+    prefix = f"accuracy-f32-{kind}-"
+    return sorted(p.name[len(prefix):-4] for p in (ROOT / "benchmarks" / "results").glob(f"{prefix}*.txt"))
+
 
 
 def _sweep_rows(text: str) -> list[tuple[str, str, str, float]]:
@@ -471,8 +475,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "accuracy-f32-exhaustive": accuracy_f32_exhaustive,
     "accuracy-f16-exhaustive": accuracy_f16_exhaustive,
     "accuracy-bf16": accuracy_bf16,
-    "accuracy-f32-subset": lambda: accuracy_sweep("subset", SUBSET_FILES),
-    "accuracy-f32-dense": lambda: accuracy_sweep("dense", DENSE_FILES),
+    "accuracy-f32-subset": lambda: accuracy_sweep("subset", sweep_files("subset")),
+    "accuracy-f32-dense": lambda: accuracy_sweep("dense", sweep_files("dense")),
     "perf-native-16M": lambda: bench_table("bench-native", 16 << 20, "out"),
     "perf-native-64K": lambda: bench_table("bench-native", 64 << 10, "out"),
     "perf-native-1K": lambda: bench_table("bench-native", 1 << 10, "alloc", unit="us"),
