@@ -504,7 +504,7 @@ def _formulas(dtype: str):
     float64 against libm (mirroring the reference)."""
     from . import formulas, numba_math
 
-    jit = cpu_jit(contract=dtype == "float32")
+    jit = numba_math.cpu_jit(contract=dtype == "float32")
     if dtype == "float32":
         return formulas.build(jit, np.float32, numba_math.cpu())
     return formulas.build(jit, np.float64, formulas.libm(jit, np.float64))
@@ -768,11 +768,11 @@ def _gated_kernel(key: str, direction: str, dtype: str, wd: str) -> Callable:
 
 @_once
 def _gated_loops(key: tuple[str, str, str]) -> _LoopPair:
-    from . import formulas
+    from . import formulas, numba_math
 
     fam_key, direction, dtype = key
     # the family body fuses as its loop does (bias_act's z = x * s + b must not: see the tag below)
-    jit = cpu_jit(contract=dtype == "float32" and fam_key not in BIAS_ACT_KEYS)
+    jit = numba_math.cpu_jit(contract=dtype == "float32" and fam_key not in BIAS_ACT_KEYS)
     fam = formulas.build_family(jit, np.dtype(dtype).type, _formulas(dtype), fam_key)
     tag = f"{fam_key.replace(':', '_')}_{direction}_{dtype}"
     if fam_key in BIAS_ACT_KEYS:
@@ -781,20 +781,6 @@ def _gated_loops(key: tuple[str, str, str]) -> _LoopPair:
         tag += "_exact"
     arity = (_BIAS_ARITY if fam_key in BIAS_ACT_KEYS else _GATED_ARITY)[direction]
     return _LoopPair(getattr(fam, direction), arity, tag)
-
-
-def cpu_jit(contract: bool):
-    """The decorator of every function a loop calls (formulas, math, family bodies).
-
-    forceinline is LLVM's alwaysinline: the functions compile once each and LLVM inlines them into the
-    loop, which vectorises as before.  numba's own inline="always" copied and re-typed each callee's IR at
-    every call site, transitively (numba/numba#8989, NVIDIA/numba-cuda#688): a bias_act or gated loop took
-    10-25 s to compile, 2x the time this way.  Since an inlined function keeps its own instructions' flags,
-    `contract` (FMA fusion) is given here as the loop that calls it has it (float32 loops; see _make_loop).
-    """
-    from numba import njit
-
-    return njit(forceinline=True, error_model="numpy", fastmath={"contract"} if contract else False)
 
 
 def _gated_signature(nops: int, wdt) -> tuple:

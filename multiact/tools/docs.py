@@ -205,7 +205,7 @@ def _what(s: Source) -> str:
 
 def accuracy_f32_exhaustive() -> str:
     """The largest float32 error of every native kernel over all 2^32 inputs (benchmarks/results JSON)."""
-    from .exhaustive import worst_table
+    from ._report import worst_table
 
     src = Source("benchmarks/results/accuracy-f32-exhaustive.json")
     data = json.loads(src.text())
