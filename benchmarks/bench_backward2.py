@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import multiact as ma
-from multiact import set_num_threads
+from multiact import set_num_threads, vocab
 from multiact.optable import KEYS
 
 # The kernel keys timed, with their parameters (gelu_tanh: gelu with approximate="tanh")
@@ -51,7 +51,7 @@ def main() -> None:
           f"load {os.getloadavg()[0]:.1f}")
     print(f"{'op':12s} {'dtype':8s} " + " ".join(f"{b + ' ms':>10s}" for b in backends) + " "
           + " ".join(f"{b + '/' + base:>13s}" for b in backends[:-1]))
-    for dt in args.dtypes.split(","):
+    for dt in vocab.dtypes(args.dtypes.split(",")):  # any spelling multiact's commands take
         g, dy = (rng.standard_normal(args.n).astype(dt) for _ in range(2))
         x = (rng.standard_normal(args.n) * 4).astype(dt)
         out = np.empty_like(x)

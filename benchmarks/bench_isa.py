@@ -23,7 +23,7 @@ import time
 import numpy as np
 from bench_bf16_native import _params  # every op at its defaults (prelu: one weight)
 
-from multiact import registry, set_num_threads
+from multiact import registry, set_num_threads, vocab
 from multiact.dtypes import f32_bits_to_bf16
 from multiact.optable import OPS
 from multiact.tools.bench import parse_size
@@ -81,7 +81,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     for size in a.sizes.split(","):
         n = parse_size(size)
-        for dtype in a.dtypes.split(","):
+        for dtype in vocab.dtypes(a.dtypes.split(",")):  # any spelling multiact's commands take
             arr = _arrays(n, dtype, rng)
             ops = a.ops.split(",") if a.ops else [o for o in OPS if nb.supports(OPS[o].kernel_key(_params(o)),
                                                                                  "forward", dtype)]

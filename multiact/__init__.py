@@ -23,6 +23,7 @@ from .gated import FUNCTIONS as _GATED
 from .onnx_export import to_onnx
 from .optable import OpSpec
 from .registry import BackendInfo, backends, use
+from .vocab import DIRECTIONS as _DIRECTIONS
 
 __version__ = "0.1.0"
 
@@ -55,50 +56,18 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
     """Which backend would run `op` on `x` (forward, or direction="backward", "backward2" for `backward2`), and
     why.  A composite op (glu, swiglu, geglu, reglu, bias_act) names the kernel its parameters select (swiglu:
     gated:silu)."""
-    from .dispatch import explain as _explain
+    from . import elementwise, fused_bias_act, gated
 
-    directions = (*_ops.DIRECTIONS, "backward2")
+    directions = tuple(n for n, d in _DIRECTIONS.items() if d.function != "param_grad2")  # explain names no parameter
     if direction not in directions:
         raise ValueError(f"direction must be one of {directions}, got {direction!r}")
-    key = _composite_key(op, direction, params)
-    if key is not None:
-        return _explain(_KernelOnly(f"{op} ({key})", key), direction, x, backend)
+    for family in (gated, fused_bias_act):
+        key = family.kernel_key_of(op, params, "explain()")
+        if key is not None:
+            return elementwise.explain(f"{op} ({key})", key, direction, x, backend)
     spec = _ops.get(op)
-    if params:
-        return _explain(_KernelOnly(op, spec.kernel_key(spec.validate(params))), direction, x, backend)
-    return _explain(spec, direction, x, backend)
-
-
-def _composite_key(op: str, direction: str, params: dict) -> str | None:
-    from . import fused_bias_act, gated
-    from ._opdefs import COMPOSITE_DEFINITIONS
-
-    own = dict(params)
-    if op == fused_bias_act.DEFN.name:
-        names = fused_bias_act.DEFN.param_names
-        return fused_bias_act.resolve({k: v for k, v in own.items() if k in names},
-                                      {k: v for k, v in own.items() if k not in names}, "explain()").key
-    cdef = COMPOSITE_DEFINITIONS.get(op)
-    if cdef is None:
-        return None
-    given = {k: v for k, v in own.items() if k in cdef.param_names}
-    extra = {k: v for k, v in own.items() if k not in cdef.param_names}
-    if extra and not cdef.takes_act_params:
-        raise TypeError(f"explain(): unexpected parameters for {op}: {sorted(extra)}")
-    return gated.resolve(cdef, given, extra, "explain()").key
-
-
-class _KernelOnly:
-    """What dispatch.explain reads of an op: its name and the kernel key of the call."""
-
-    def __init__(self, name: str, key: str):
-        self.name, self._key = name, key
-
-    def kernel_key(self, p: Any) -> str:
-        return self._key
-
-    def defaults(self) -> dict:
-        return {}
+    key = spec.kernel_key(spec.validate(params) if params else spec.defaults())
+    return elementwise.explain(op, key, direction, x, backend)
 
 
 __all__ = [

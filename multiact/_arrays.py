@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from . import dtypes as _dtypes
+from . import vocab
 
-FLOAT_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
-DTYPE_TEXT = "float16, bfloat16, float32 or float64"
+FLOAT_DTYPES = tuple(np.dtype(n) for n in vocab.NUMPY_DTYPES)  # NumPy's own float dtypes (bfloat16: ml_dtypes')
+DTYPE_TEXT = vocab.DTYPE_TEXT
 
 
 def _is_torch(a: Any) -> bool:

@@ -35,3 +35,16 @@ def coalesce(shape: tuple[int, ...], strides: list, lead: int = -1) -> tuple[lis
                 del st[k]
         k -= 1
     return shp, sts
+
+
+def reshaped(a: np.ndarray, shape: tuple[int, ...]) -> tuple[np.ndarray, bool]:
+    """A view of destination `a` with `shape` (True), or a scratch array of that shape to copy back into `a`
+    (False) where no view exists (a reshape would copy)."""
+    if a.shape == tuple(shape):
+        return a, True
+    try:
+        v = a.view()
+        v.shape = shape  # raises where a reshape would copy
+        return v, True
+    except AttributeError:
+        return np.empty(shape, a.dtype), False

@@ -28,7 +28,6 @@ class _Required:
 
 REQUIRED: Any = _Required()
 
-DIRECTIONS = ("forward", "backward", "backward_y", "param_grad")
 # float32's smallest normal: a parameter that must be nonzero (or > 0) must stay so in float32.
 F32_TINY = 2.0**-126
 F32_MAX = 3.4028234663852886e38  # float32's largest finite value
@@ -68,6 +67,7 @@ class Param:
     inf_ok: bool = False  # +inf allowed (softplus's threshold: no linear branch, as ONNX's Softplus)
     choices: tuple[str, ...] = ()
     doc: str = ""
+    along: str = ""  # kind "array": the int parameter naming the axis of x it runs along (prelu's axis)
 
     def range_text(self) -> str:
         if self.kind == "act":
@@ -288,7 +288,8 @@ DEFS: tuple[OpDef, ...] = (
           module="LeakyReLU", onnx="LeakyRelu", onnx_attrs={"alpha": "negative_slope"},
           cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
     OpDef("prelu", "Parametric ReLU: a learned slope per channel along `axis`.", "x if x > 0 else weight[c] * x",
-          (_f("weight", kind="array", doc="1 element, or x.shape[axis] elements"), _f("axis", 1, kind="int")),
+          (_f("weight", kind="array", along="axis", doc="1 element, or x.shape[axis] elements"),
+           _f("axis", 1, kind="int")),
           param_grad="weight", piecewise_linear="exact", torch=_T("prelu"), module="PReLU", onnx="PRelu",
           onnx_attrs={"input1": "weight"}, onnx_fixed={"axis": -1},
           cases=({"weight": "per-channel", "axis": 1}, {"weight": "single"})),

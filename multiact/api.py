@@ -13,14 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from . import dispatch, registry
+from . import checks, elementwise, hot, registry
+from ._config import get_num_threads
 from .errors import YFormError
 from .optable import OPS, REQUIRED, OpSpec, get, in_float32, value_key
 
 
 def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, **params: Any) -> Any:
     """Generic forward: `forward("gelu", x, approximate="tanh")` is `gelu(x, approximate="tanh")`."""
-    return dispatch.call(get(op), "forward", {"x": x}, params, out, backend)
+    return elementwise.call(get(op), "forward", {"x": x}, params, out, backend)
 
 
 def backward(
@@ -35,7 +36,7 @@ def param_grad(op: str, param: str, dy: Any, x: Any, *, backend: str | None = No
     spec = get(op)
     if spec.param_grad is None or spec.param_grad[0] != param:
         raise ValueError(f"{op} has no gradient for parameter {param!r}")
-    return dispatch.call(spec, "param_grad", {"dy": dy, "x": x}, params, None, backend)
+    return elementwise.call(spec, "param_grad", {"dy": dy, "x": x}, params, None, backend)
 
 
 def backward2(
@@ -44,7 +45,7 @@ def backward2(
     """Second order: g * dy * f''(x), the backward of `backward(op, dy, x)` with respect to x for an
     upstream gradient g of its result (its backward with respect to dy is `backward(op, g, x)`).
     g, dy and x must share dtype and shape; out=, backend= and the parameters as for `backward`."""
-    return dispatch.call(get(op), "backward2", {"g": g, "dy": dy, "x": x}, params, out, backend)
+    return elementwise.call(get(op), "backward2", {"g": g, "dy": dy, "x": x}, params, out, backend)
 
 
 def param_grad2(
@@ -61,7 +62,7 @@ def param_grad2(
     if wrt not in ("x", param):
         raise ValueError(f"param_grad2({op!r}, {param!r}): wrt must be 'x' or {param!r}, got {wrt!r}")
     direction = "param_grad2" if wrt == "x" else "param_grad2_param"
-    return dispatch.call(spec, direction, {"g": g, "dy": dy, "x": x}, params, out, backend)
+    return elementwise.call(spec, direction, {"g": g, "dy": dy, "x": x}, params, out, backend)
 
 
 def _grad(spec: OpSpec, dy, x, y, params, out, backend):
@@ -69,7 +70,7 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     if y is None:
         if x is None:
             raise TypeError(f"{name} needs the input x (or, where the op allows it, the output y=)")
-        return dispatch.call(spec, "backward", {"dy": dy, "x": x}, params, out, backend)
+        return elementwise.call(spec, "backward", {"dy": dy, "x": x}, params, out, backend)
     if x is not None:
         raise ValueError(f"{name}: pass the input x or the output y=, not both")
     if spec.backward_y is None:
@@ -80,7 +81,7 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     if not spec.supports_y(p, getattr(y, "dtype", None)):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}, in float32 (where the kernels "
                          f"compute {y.dtype}): the parameters {p} round to {in_float32(p)}")
-    return dispatch.call(spec, "backward_y", {"dy": dy, "y": y}, params, out, backend)
+    return elementwise.call(spec, "backward_y", {"dy": dy, "y": y}, params, out, backend)
 
 
 def _param_doc(spec: OpSpec) -> str:
@@ -121,7 +122,7 @@ def _docs(spec: OpSpec) -> dict[str, str]:
 # preference) was seen before runs its cached kernel after the same checks of its arrays as the
 # checked path (check_out; dtype and shape agreement). Parameters take it only as plain numbers
 # (or str choices): anything else (a tensor, a list, an object with __float__) is read afresh by
-# dispatch.call, and the key holds the value itself, +0.0 and -0.0 apart.
+# elementwise.call, and the key holds the value itself, +0.0 and -0.0 apart.
 _FAST_FWD = """
 def {name}(x{pre}, *, out=None, backend=None):
     if type(x) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
@@ -154,9 +155,9 @@ def {name}(x{pre}, *, out=None, backend=None):
 
 # One hot path for x and y= (a cached backward_y passed _grad's y= checks for these parameters and
 # this dtype before it was cached; an op without a y-form never has one, so y= reaches _grad's message).
-# Plain CPU tensors take dispatch.tensor_hot the same way (keyed by the torch dtype), which hands any call
+# Plain CPU tensors take hot.tensor_hot the same way (keyed by the torch dtype), which hands any call
 # it cannot vouch for back to the checked path; the forward runs its commonest case (no out=, a contiguous
-# tensor, a kernel that takes addresses: dispatch.tensor_hot's first branch) itself, one call fewer.
+# tensor, a kernel that takes addresses: hot.tensor_hot's first branch) itself, one call fewer.
 _FAST_GRAD = """
 def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
     if type(dy) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
@@ -220,14 +221,14 @@ def _make(spec: OpSpec) -> dict[str, Any]:
     gpre = f", {_sig(spec, x_optional=True)[0]}" if plist else ""
     name = spec.name
     ns: dict[str, Any] = {
-        "_spec": spec, "_call": dispatch.call, "_grad": _grad, "_nd": np.ndarray, "_empty_like": np.empty_like,
-        "_cache": dispatch.fast_cache(spec), "_prefs": registry.preference_key, "_NUM": _NUM,
-        "_zero_key": _zero_key, "_check_out": dispatch.check_out, "_annotate": dispatch.annotate,
-        "_tt": dispatch.TENSOR, "_thot": dispatch.tensor_hot, "_MISS": dispatch.MISS, "_tempty": dispatch._EMPTY_LIKE,
-        "_STRIDED": dispatch._STRIDED, "_threads": dispatch._threads,
+        "_spec": spec, "_call": elementwise.call, "_grad": _grad, "_nd": np.ndarray, "_empty_like": np.empty_like,
+        "_cache": hot.cache(spec.name), "_prefs": registry.preference_key, "_NUM": _NUM,
+        "_zero_key": _zero_key, "_check_out": checks.check_out, "_annotate": hot.annotate,
+        "_tt": hot.TENSOR, "_thot": hot.tensor_hot, "_MISS": hot.MISS, "_tempty": hot.EMPTY_LIKE,
+        "_STRIDED": hot.STRIDED, "_threads": get_num_threads,
         "_FN": spec.label("forward"), "_FN_GRAD": spec.label("backward"), "REQUIRED": REQUIRED,
     }
-    if any(p.kind == "array" for p in spec.params):  # prelu's weight: always the checked path
+    if elementwise.array_param(spec) is not None:  # an array parameter (prelu's weight): always the checked path
         src = [
             f"def {name}(x{pre}, *, out=None, backend=None):\n"
             f"    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)\n",
@@ -237,7 +238,7 @@ def _make(spec: OpSpec) -> dict[str, Any]:
     else:
         fast, keys = _fast_terms(spec)
         src = [
-            _FAST_FWD.format(name=name, pre=pre, fast=fast, keys=keys, pdict=pdict, direct=dispatch.direct_test("x")),
+            _FAST_FWD.format(name=name, pre=pre, fast=fast, keys=keys, pdict=pdict, direct=hot.direct_test("x")),
             _FAST_GRAD.format(name=name, pre=gpre, fast=fast, keys=keys, pdict=pdict),
         ]
     if spec.param_grad is not None:

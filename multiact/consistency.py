@@ -406,7 +406,7 @@ def gated_failures(backend: str | None, op: str, params: dict[str, Any], dtype: 
     plain_dg, plain_du = gated.reference_backward(call.act, kp, dy, gate, up)
     reference_plain = {"forward y": gated.reference_forward(call.act, kp, gate, up), "backward dgate": plain_dg,
                        "backward dup": plain_du}
-    g64, u64 = gated._clipped(gate.astype(np.float64), up.astype(np.float64), kp)
+    g64, u64 = gated.clipped(gate.astype(np.float64), up.astype(np.float64), kp)
     with np.errstate(over="ignore"):
         g = g64.astype(dtype)
     dy64 = dy.astype(np.float64)
@@ -442,7 +442,7 @@ def _gated_reference(act: OpSpec, kp: dict[str, Any], dtype: np.dtype, gate: np.
     big, tiny = float(np.finfo(compute).max), float(np.finfo(compute).tiny)
     p = {k: kp[k] for k in act.param_names}
     with np.errstate(all="ignore"):
-        g, u = gated._clipped(gate.astype(np.float64), up.astype(np.float64), kp)
+        g, u = gated.clipped(gate.astype(np.float64), up.astype(np.float64), kp)
         d = dy.astype(np.float64)
 
         def held(v):

@@ -14,19 +14,21 @@ and clamp allow it (`y_form_check`).  Host arrays go to the host backends as 3-D
 
 from __future__ import annotations
 
+import functools
 import math
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from . import _arrays, dispatch, registry
+from . import _arrays, checks, core, elementwise
 from . import dtypes as _dtypes
+from ._layout import reshaped
 from ._opdefs import BIAS_ACT, F32_MAX, CompositeDef, Param, composable
 from .errors import YFormError
 from .optable import LINEAR as LINEAR_SPEC
 from .optable import OPS, OpSpec
+from .plan import Blocks, Job, Plan, Result
 
 LINEAR = LINEAR_SPEC.name
 
@@ -78,13 +80,22 @@ def resolve(given: Mapping[str, Any], extra: Mapping[str, Any], fn: str) -> Bias
             valid = ", ".join([LINEAR] + [n for n, s in OPS.items() if composable(s.defn)])
             raise ValueError(f"{fn}: parameter 'act' must be 'linear' or an activation of the table but prelu, "
                              f"got {name!r}; valid: {valid}")
-        act_p = dispatch.validated(act, dict(extra), fn)
+        act_p = elementwise.validated(act, dict(extra), fn)
     clamp = own["clamp"]
     kp = {**act_p, "gain": own["gain"], "clamp": math.inf if clamp is None else clamp}
     return BiasActCall(act, act_p, kp, own["dim"])
 
 
-def _check_precision(call: BiasActCall, dtype: Any, fn: str) -> None:
+def kernel_key_of(op: str, params: Mapping[str, Any], fn: str) -> str | None:
+    """The kernel key bias_act's parameters select (None for another op)."""
+    if op != DEFN.name:
+        return None
+    names = DEFN.param_names
+    return resolve({k: v for k, v in params.items() if k in names},
+                   {k: v for k, v in params.items() if k not in names}, fn).key
+
+
+def check_precision(call: BiasActCall, dtype: Any, fn: str) -> None:
     call.act.check_precision(call.act_p, dtype, fn)
     if getattr(dtype, "itemsize", 8) <= 4:
         for k in ("gain", "clamp"):
@@ -221,99 +232,50 @@ def reference_backward(call: BiasActCall, dy: np.ndarray, x: np.ndarray, b: np.n
         return (dz if s is None else dz * s), dz
 
 
-# ---- dispatch -----------------------------------------------------------------------------------------
+# ---- the plan -------------------------------------------------------------------------------------------
 
 
-def _axis(fn: str, shape: tuple[int, ...], dim: int) -> int:
+def axis_of(fn: str, shape: tuple[int, ...], dim: int) -> int:
     ndim = len(shape)
     if ndim == 0 or not -ndim <= dim < ndim:
         raise ValueError(f"{fn}: dim {dim} is out of range for x with {ndim} dims")
     return dim % ndim
 
 
-def _three(shape: tuple[int, ...], dim: int | None) -> tuple[int, int, int]:
+def three(shape: tuple[int, ...], dim: int | None) -> tuple[int, int, int]:
     """(outer, C, inner) of x seen along dim (the whole array one channel when there is no dim)."""
     if dim is None:
         return 1, 1, int(np.prod(shape))
     return int(np.prod(shape[:dim])), shape[dim], int(np.prod(shape[dim + 1:]))
 
 
-def _side(fn: str, name: str, a: Any, x: np.ndarray, dim: int) -> np.ndarray:
-    """b or scale as (C,) or as x's shape; TypeError/ValueError naming it."""
-    arr = _arrays.as_host_array(a, f"{fn}: {name}")
-    if arr.dtype != x.dtype:
-        raise TypeError(f"{fn}: {name} has dtype {arr.dtype} but x has {x.dtype}; they must match")
-    if arr.shape == x.shape or arr.ndim == 1 and arr.shape[0] == x.shape[dim]:
-        return arr
-    raise ValueError(f"{fn}: {name} has shape {arr.shape}; expected ({x.shape[dim]},) to run along dim {dim} "
-                     f"of x, or x's shape {x.shape}")
+def _side(fn: str, name: str, a: Any, x: Any, dim: int, xn: str = "x") -> None:
+    """b or scale is (C,) or x's shape, of x's dtype; TypeError / ValueError naming it."""
+    if not hasattr(a, "dtype") or not hasattr(a, "shape"):
+        raise TypeError(f"{fn}: {name} must be an array like x, got {type(a).__name__}")
+    if checks.dtype_text(a) != checks.dtype_text(x):
+        raise TypeError(f"{fn}: {name} has dtype {checks.dtype_text(a)} but {xn} has {checks.dtype_text(x)}; "
+                        "they must match")
+    shape = tuple(a.shape)
+    if not (shape == tuple(x.shape) or len(shape) == 1 and shape[0] == x.shape[dim]):
+        raise ValueError(f"{fn}: {name} has shape {shape}; expected ({x.shape[dim]},) to run along dim {dim} "
+                         f"of {xn}, or {xn}'s shape {tuple(x.shape)}")
 
 
-def _view3(a: np.ndarray, o: int, c: int, i: int) -> np.ndarray:
-    return a.reshape(o, c, i)
+def channelwise(a: Any, x: Any) -> bool:
+    """One value per channel (for 1-D x, the same thing as x's shape, and summed the same way)."""
+    return a.ndim == 1 and (x.ndim == 1 or tuple(a.shape) != tuple(x.shape))
 
 
-def _writable3(a: np.ndarray, o: int, c: int, i: int) -> tuple[np.ndarray, bool]:
-    """A 3-D view of a destination, or a scratch array to copy back (False) when none exists."""
-    try:
-        v = a.view()
-        v.shape = (o, c, i)  # raises where a reshape would copy
-        return v, True
-    except AttributeError:
-        return np.empty((o, c, i), a.dtype), False
-
-
-def _prepare(fn: str, call: BiasActCall, x: Any, b: Any, scale: Any, dy: Any = None, xn: str = "x"):
-    dispatch.same_given_dtype(fn, {xn: x, "b": b, "scale": scale, "dy": dy})
-    xa = _arrays.as_host_array(x, f"{fn}: {xn}")
-    dim = None if b is None and scale is None else _axis(fn, xa.shape, call.dim)
-    ba = None if b is None else _side(fn, "b", b, xa, dim)
-    sa = None if scale is None else _side(fn, "scale", scale, xa, dim)
-    return xa, dim, ba, sa
+def rounded_sum(s: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A float64 sum in the data's dtype, rounded once (a float16 sum beyond 65504 is inf, as NumPy would say;
+    bfloat16 from float64 directly, not through float32)."""
+    return _dtypes.cast_float64(s, dtype)
 
 
 def forward(x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
             backend: str | None) -> Any:
-    fn = label("forward")
-    dispatch._check_backend(fn, backend)
-    call = resolve(given, extra, fn)
-    route = _refuse(fn, x, b, scale, out)
-    if route == "dask":
-        from . import dask_arrays
-
-        return dask_arrays.call_bias_act(call, x, b, scale, out, backend)
-    if route == "device":
-        return _forward_device(fn, call, dispatch._same_kind(fn, {"x": x, "b": b, "scale": scale, "out": out}),
-                               x, b, scale, out, backend)
-    xa, dim, ba, sa = _prepare(fn, call, x, b, scale)
-    _check_precision(call, xa.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "forward", xa.dtype.name, "numpy", backend)
-    if out is None:
-        res = np.empty_like(xa)
-    else:
-        res = _out(fn, out)
-        ins = {n: a for n, a in (("x", xa), ("b", ba), ("scale", sa)) if a is not None}
-        dispatch.check_out(fn, res, ins, xa)
-    o, c, i = _three(xa.shape, dim)
-    r3, direct = _writable3(res, o, c, i)
-    b3, s3 = _per_channel(ba, sa, xa, o, c, i)
-    dispatch._run(mod, kernel, _Label(fn, call), "forward", xa.dtype.name, (_view3(xa, o, c, i), b3, s3, r3), call.kp)
-    if not direct:
-        res[...] = r3.reshape(res.shape)
-    if out is not None:
-        _arrays.mark_written(out)
-        return out
-    return _arrays.wrap_like(res, x)
-
-
-def _per_channel(ba, sa, xa, o, c, i):
-    """b and scale as the kernels take them: (C,) per channel, or (outer, C, inner) for x's shape."""
-    return tuple(None if a is None else a if _channelwise(a, xa) else _view3(a, o, c, i) for a in (ba, sa))
-
-
-def _channelwise(a: np.ndarray, xa: np.ndarray) -> bool:
-    """One value per channel (for 1-D x, the same thing as x's shape, and summed the same way)."""
-    return a.ndim == 1 and (xa.ndim == 1 or a.shape != xa.shape)
+    return core.run(plan("forward", {"x": x, "b": b, "scale": scale}, given, extra, out, backend))
 
 
 def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
@@ -321,213 +283,210 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
     """dx, or (dx, db) with b, or (dx, db, dscale) with scale (db None without b); from the forward's
     output y instead of x where `y_form_check` allows it."""
     fn = label("backward")
-    dispatch._check_backend(fn, backend)
-    call = resolve(given, extra, fn)
-    if y is not None:
-        if x is not None:
-            raise ValueError(f"{fn}: pass the input x or the forward's output y=, not both")
-        y_form_check(fn, call, getattr(y, "dtype", None), scale)
-    elif x is None:
+    if y is not None and x is not None:
+        raise ValueError(f"{fn}: pass the input x or the forward's output y=, not both")
+    if y is None and x is None:
         raise TypeError(f"{fn} needs the input x (or, where the activation allows it, the forward's output y=)")
-    outs_given = out if isinstance(out, (tuple, list)) else (out,)
-    kind = _refuse(fn, dy, x, y, b, scale, *outs_given)
-    if kind == "dask":
-        if y is not None:
+    main = {"x": x} if y is None else {"y": y}
+    return core.run(plan("backward" if y is None else "backward_y", {**main, "b": b, "scale": scale, "dy": dy},
+                         given, extra, out, backend))
+
+
+def plan(direction: str, arrays: dict[str, Any], given: dict[str, Any], extra: dict[str, Any], out: Any,
+         backend: str | None, partial: bool = False) -> Plan:
+    fn = label("forward" if direction == "forward" else "backward")
+    checks.check_backend(fn, backend)
+    call = resolve(given, extra, fn)
+    if direction == "backward_y":
+        y = arrays["y"]
+        y_form_check(fn, call, getattr(y, "dtype", None), arrays["scale"])
+        if _arrays.kind_of(y) == "dask" or any(_arrays.kind_of(a) == "dask" for a in arrays.values()):
             raise TypeError(f"{fn}: y= is not supported on Dask arrays; pass x")
-        from . import dask_arrays
+    return Plan(fn, f"bias_act ({call.key})", call.key, direction, call.kp, arrays, out, backend, FAMILY,
+                (call, given, extra), partial)
 
-        return dask_arrays.call_bias_act_grad(call, dy, x, b, scale, out, backend)
-    if kind == "device":
-        named = {"dy": dy, "x": x, "y": y, "b": b, "scale": scale,
-                 **{f"out[{i}]": o for i, o in enumerate(outs_given)}}
-        return _backward_device(fn, call, dispatch._same_kind(fn, named), dy, x, y, b, scale, out, backend)
-    ya = None if y is None else _arrays.as_host_array(y, f"{fn}: y")
-    direction = "backward" if y is None else "backward_y"
-    xa, dim, ba, sa = _prepare(fn, call, x if y is None else ya, b, scale, dy, "x" if y is None else "y")
-    xn = "x" if y is None else "y"
-    dya = _arrays.as_host_array(dy, f"{fn}: dy")
-    if dya.dtype != xa.dtype:
-        raise TypeError(f"{fn}: dy has dtype {dya.dtype} but {xn} has {xa.dtype}; they must match")
-    if dya.shape != xa.shape:
-        raise ValueError(f"{fn}: dy has shape {dya.shape} but {xn} has {xa.shape}; they must match")
-    _check_precision(call, xa.dtype, fn)
-    if y is not None:
-        y_form_check(fn, call, xa.dtype, scale)  # the storage dtype now known for sure
-    mod, kernel = registry.resolve(call.key, direction, xa.dtype.name, "numpy", backend)
-    outs = _out_tuple(fn, out, ba, sa)
-    ins = {n: a for n, a in (("dy", dya), (xn, xa), ("b", ba), ("scale", sa)) if a is not None}
-    o, c, i = _three(xa.shape, dim)
-    if outs is None:
-        dx = np.empty_like(xa)
-    else:
-        dx = _out(fn, outs[0])
-        dispatch.check_out(fn, dx, ins, xa)
-        sides = [a for a in (ba, sa) if a is not None]
-        if ba is None and sa is not None:  # (dx, None, dscale)
-            sides = [None, sa]
-        for dst, like in zip(outs[1:], sides, strict=True):  # all checked before anything is written
-            if dst is not None and like is not None:
-                d = _out(fn, dst)
-                dispatch.check_out(fn, d, {**ins, "out[0]": dx}, like)
-    dx3, direct = _writable3(dx, o, c, i)
-    b3, s3 = _per_channel(ba, sa, xa, o, c, i)
-    full_b = ba is not None and not _channelwise(ba, xa)
-    full_s = sa is not None and not _channelwise(sa, xa)
-    db_full = np.empty((o, c, i), xa.dtype) if full_b else None
-    ds_full = np.empty((o, c, i), xa.dtype) if full_s else None
-    want = (ba is not None and not full_b, sa is not None and not full_s)
-    kp = {**call.kp, "sum_db": want[0], "sum_dscale": want[1]}
-    if y is not None:  # the kernel needs no b: dz comes from y alone; b only says whether db is wanted
-        kp["clamp"] = y_clamp(call.kp["clamp"], xa.dtype)
-        b3 = s3 = None
-    sums = dispatch._run(mod, kernel, _Label(fn, call), direction, xa.dtype.name,
-                         (_view3(dya, o, c, i), _view3(xa, o, c, i), b3, s3, dx3, db_full, ds_full), kp)
+
+class _BiasAct:
+    """The family's side of the call core (multiact.plan.Family): x as a 3-D view (outer, C, inner) on the
+    host, as it is (with dim) on a device."""
+
+    join_dask = True  # host arrays beside a Dask array join it (else a call mixing them is refused)
+    optional = frozenset({"b", "scale"})  # arrays that may be left out (None)
+    masked = "masked arrays are not supported; pass np.ma.getdata(x)"
+
+    def outs(self, plan: Plan) -> tuple:
+        out = plan.out
+        if out is None:
+            return ()
+        if plan.direction == "forward":
+            return (out,)
+        b, s = plan.arrays["b"], plan.arrays["scale"]
+        n = 1 + (b is not None or s is not None) + (s is not None)
+        if n == 1:
+            return (out,)
+        if not isinstance(out, (tuple, list)) or len(out) != n:
+            what = "(dx, db)" if n == 2 else "(dx, db, dscale)"
+            raise TypeError(f"{plan.fn}: out must be a tuple {what} matching the results, got {type(out).__name__}")
+        if out[0] is None:
+            raise TypeError(f"{plan.fn}: out[0] (dx) must be an array")
+        return tuple(out)
+
+    def returned(self, plan: Plan, values: list) -> Any:
+        return values[0] if len(values) == 1 else tuple(values)
+
+    def check(self, plan: Plan, dtype: Any) -> None:
+        call = plan.state[0]
+        check_precision(call, dtype, plan.fn)
+        if plan.direction == "backward_y":
+            y_form_check(plan.fn, call, dtype, plan.arrays["scale"])  # the storage dtype now known for sure
+
+    def _prepare(self, plan: Plan, arrs: dict[str, Any]) -> tuple[str, Any, Any, Any, int | None]:
+        fn, call = plan.fn, plan.state[0]
+        xn = "y" if plan.direction == "backward_y" else "x"
+        x, b, s = arrs[xn], arrs.get("b"), arrs.get("scale")
+        dim = None if b is None and s is None else axis_of(fn, tuple(x.shape), call.dim)
+        for name, a in (("b", b), ("scale", s)):
+            if a is not None:
+                _side(fn, name, a, x, dim, xn)
+        if plan.direction != "forward":
+            checks.same_as(fn, "dy", arrs["dy"], xn, x)
+        return xn, x, b, s, dim
+
+    def _results(self, plan: Plan, x: Any, b: Any, s: Any, dim: int | None, host: bool) -> tuple:
+        """(dx, db, dscale) as the call returns them: db's place kept (None) where only scale is given; a
+        per-channel db or dscale is a sum on the host, the kernel's own output on a device."""
+        if plan.direction == "forward":
+            return (Result("out", x),)
+        if b is None and s is None:
+            return (Result("out", x),)
+
+        def side(name: str, a: Any) -> Result | None:
+            if a is None:
+                return None
+            if host and channelwise(a, x):
+                return Result(name, a, kernel=False, axes=(dim,), finish=functools.partial(rounded_sum, dtype=a.dtype))
+            return Result(name, a)
+
+        res = [Result("out[0]", x), side("out[1]", b)]
+        if s is not None:
+            res.append(side("out[2]", s))
+        return tuple(res)
+
+    def host(self, plan: Plan, arrs: dict[str, np.ndarray]) -> Job:
+        call = plan.state[0]
+        xn, x, b, s, dim = self._prepare(plan, arrs)
+        o, c, i = three(x.shape, dim)
+        b3, s3 = (None if a is None else a if channelwise(a, x) else a.reshape(o, c, i) for a in (b, s))
+        x3 = x.reshape(o, c, i)
+        results = self._results(plan, x, b, s, dim, host=True)
+        if plan.direction == "forward":
+            def fwd(kernel, arrays):
+                _into(arrays, 0, (o, c, i), lambda r3: kernel(x3, b3, s3, r3))
+                return {}
+
+            return Job(x.dtype, results, call.kp, fwd)
+        dy3 = arrs["dy"].reshape(o, c, i)
+        k_b = 1 if b is not None else None  # the results' places of db and dscale
+        k_s = 2 if s is not None else None
+        kp = {**call.kp, "sum_db": k_b is not None and not results[1].kernel,
+              "sum_dscale": k_s is not None and not results[2].kernel}
+        if plan.direction == "backward_y":  # the kernel needs no b: dz comes from y alone; b only says db is wanted
+            kp["clamp"] = y_clamp(call.kp["clamp"], x.dtype)
+            b3 = s3 = None
+
+        def bwd(kernel, arrays):
+            views = [reshaped(arrays[0], (o, c, i))]
+            for k in (k_b, k_s):
+                full = k is not None and results[k].kernel
+                views.append(reshaped(arrays[k], (o, c, i)) if full else (None, True))
+            sums = kernel(dy3, x3, b3, s3, views[0][0], views[1][0], views[2][0])
+            for k, (v, direct) in zip((0, k_b, k_s), views, strict=True):
+                if v is not None and not direct:
+                    arrays[k][...] = v.reshape(arrays[k].shape)
+            values = {}
+            for j, k in enumerate((k_b, k_s)):
+                if k is not None and not results[k].kernel:
+                    total = np.asarray(sums[j], np.float64)
+                    values[k] = _keep(total, x.ndim, dim) if plan.partial else results[k].finish(total)
+            return values
+
+        return Job(x.dtype, results, kp, bwd)
+
+    def device(self, plan: Plan, arrays: dict[str, Any]) -> Job:
+        call = plan.state[0]
+        xn, x, b, s, dim = self._prepare(plan, arrays)
+        kp = {**call.kp, "dim": dim}
+        results = self._results(plan, x, b, s, dim, host=False)
+        if plan.direction == "forward":
+            def fwd(kernel, res):
+                kernel(x, b, s, res[0])
+                return {}
+
+            return Job(x.dtype, results, kp, fwd)
+        if plan.direction == "backward_y":
+            kp["clamp"] = y_clamp(call.kp["clamp"], np.dtype(checks.dtype_text(x)))
+        y_form = plan.direction == "backward_y"
+        dy = arrays["dy"]
+
+        def bwd(kernel, res):
+            db = res[1] if len(res) > 1 else None
+            ds = res[2] if len(res) > 2 else None
+            kernel(dy, x, None if y_form else b, None if y_form else s, res[0], db, ds)
+            return {}
+
+        return Job(x.dtype, results, kp, bwd)
+
+    def blocks(self, plan: Plan, arrays: dict[str, Any]) -> Blocks:
+        fn, call = plan.fn, plan.state[0]
+        x = arrays["x"]
+        if any(math.isnan(n) for n in x.shape):
+            raise ValueError(f"{fn}: x has unknown chunk sizes (NaN); x.compute_chunk_sizes() first")
+        b, s, dy = arrays.get("b"), arrays.get("scale"), arrays.get("dy")
+        dim = None if b is None and s is None else axis_of(fn, tuple(x.shape), call.dim)
+        ind = tuple(range(x.ndim))
+        args: list[tuple[Any, tuple | None]] = [(x, ind)]
+        if dy is not None:
+            checks.same_as(fn, "dy", dy, "x", x)
+            args.append((dy.rechunk(x.chunks), ind))
+        sides = {}
+        for name, a in (("b", b), ("scale", s)):
+            if a is None:
+                continue
+            _side(fn, name, a, x, dim)
+            per_channel = channelwise(a, x)
+            sides[name] = a.rechunk((x.chunks[dim],) if per_channel else x.chunks)
+            args.append((sides[name], (dim,) if per_channel else ind))
+        names = ("x",) + (("dy",) if dy is not None else ()) + tuple(sides)
+        rebuild = functools.partial(_chunk_plan, plan.direction, plan.state[1], plan.state[2], plan.backend, names)
+        return Blocks(args, ind, rebuild, self._results(plan, x, b, s, dim, host=True), x)
+
+
+FAMILY = _BiasAct()
+
+
+def _into(arrays: list, k: int, shape: tuple[int, int, int], write: Any) -> None:
+    """Let `write` fill result k through a 3-D view of its array, or a scratch array copied back."""
+    v, direct = reshaped(arrays[k], shape)
+    write(v)
     if not direct:
-        dx[...] = dx3.reshape(dx.shape)
-    results = [dx]
-    if ba is not None:
-        db = db_full.reshape(xa.shape) if full_b else _rounded_sum(sums[0], xa.dtype)
-        results.append(db)
-    elif sa is not None:
-        results.append(None)
-    if sa is not None:
-        results.append(ds_full.reshape(xa.shape) if full_s else _rounded_sum(sums[1], xa.dtype))
-    if outs is not None:
-        for dst, got in zip(outs[1:], results[1:], strict=True):
-            if dst is not None and got is not None:
-                _out(fn, dst)[...] = got
-        for dst in outs:
-            if dst is not None:
-                _arrays.mark_written(dst)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-    wrapped = [r if r is None else _arrays.wrap_like(r, x) for r in results]
-    return wrapped[0] if len(wrapped) == 1 else tuple(wrapped)
+        arrays[k][...] = v.reshape(arrays[k].shape)
 
 
-def _rounded_sum(s: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    """A float64 sum in the data's dtype, rounded once (a float16 sum beyond 65504 is inf, as NumPy would say;
-    bfloat16 from float64 directly, not through float32)."""
-    return _dtypes.cast_float64(s, dtype)
+def _keep(total: np.ndarray, ndim: int, dim: int) -> np.ndarray:
+    """A chunk's per-channel float64 sums as its block of the partials array: 1 on every axis but dim."""
+    shape = [1] * ndim
+    shape[dim] = total.size
+    return total.reshape(shape)
 
 
-def _out(fn: str, out: Any) -> np.ndarray:
-    if not (isinstance(out, np.ndarray) or _arrays.kind_of(out) == "torch"):
-        raise TypeError(f"{fn}: out must be an array to write into, got {type(out).__name__}")
-    return _arrays.as_host_array(out, f"{fn}: out", writeable=True)
-
-
-def _out_tuple(fn: str, out: Any, ba: Any, sa: Any) -> tuple | None:
-    """The destinations in the order of the results: (dx,), (dx, db) or (dx, db, dscale)."""
-    if out is None:
-        return None
-    n = 1 + (ba is not None or sa is not None) + (sa is not None)
-    if n == 1:
-        return (out,)
-    if not isinstance(out, (tuple, list)) or len(out) != n:
-        what = "(dx, db)" if n == 2 else "(dx, db, dscale)"
-        raise TypeError(f"{fn}: out must be a tuple {what} matching the results, got {type(out).__name__}")
-    if out[0] is None:
-        raise TypeError(f"{fn}: out[0] (dx) must be an array")
-    return tuple(out)
-
-
-def _refuse(fn: str, *arrays: Any) -> str:
-    """"dask" where any array is a Dask array (the lazy route: host arrays beside it join it), else
-    "numpy" for host arrays; TypeError for masked arrays and other kinds."""
-    masked = sys.modules.get("numpy.ma")
-    if masked is not None and any(isinstance(a, masked.MaskedArray) for a in arrays):
-        raise TypeError(f"{fn}: masked arrays are not supported; pass np.ma.getdata(x)")
-    kinds = {_arrays.kind_of(a) for a in arrays if a is not None}
-    if "dask" in kinds:
-        return "dask"
-    if kinds - {"numpy", "torch", "other"}:
-        return "device"  # dispatch._same_kind names the kind, or the mix
-    return "numpy"
-
-
-# ---- device arrays (the cuda backend): the kernels take the arrays as they are, with dim ----------------------
-
-
-def _device_sides(fn: str, call: BiasActCall, x: Any, b: Any, scale: Any, xn: str = "x") -> int | None:
-    """Check b and scale against a device x (dtype; (C,) or x's shape); the normalised dim, None without
-    either."""
-    dispatch._check_device(fn, {xn: x}, None)
-    if b is None and scale is None:
-        return None
-    dim = _axis(fn, tuple(x.shape), call.dim)
-    for name, a in (("b", b), ("scale", scale)):
-        if a is None:
-            continue
-        if not hasattr(a, "dtype") or not hasattr(a, "shape"):
-            raise TypeError(f"{fn}: {name} must be an array like x, got {type(a).__name__}")
-        if dispatch._dtype_name(a) != dispatch._dtype_name(x):
-            raise TypeError(f"{fn}: {name} has dtype {dispatch._dtype_name(a)} but {xn} has "
-                            f"{dispatch._dtype_name(x)}; they must match")
-        shape = tuple(a.shape)
-        if not (shape == tuple(x.shape) or len(shape) == 1 and shape[0] == x.shape[dim]):
-            raise ValueError(f"{fn}: {name} has shape {shape}; expected ({x.shape[dim]},) to run along dim {dim} "
-                             f"of {xn}, or {xn}'s shape {tuple(x.shape)}")
-    return dim
-
-
-def _forward_device(fn, call, kind, x, b, scale, out, backend):
-    dim = _device_sides(fn, call, x, b, scale)
-    dtype = dispatch._dtype_name(x)
-    _check_precision(call, x.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "forward", dtype, kind, backend)
-    if out is None:
-        res = mod.empty_like(x)
-    else:
-        dispatch._check_device(fn, {"x": x, "out": out}, None)
-        res = out
-    dispatch._run(mod, kernel, _Label(fn, call), "forward", dtype, (x, b, scale, res), {**call.kp, "dim": dim})
-    if out is not None:
-        _arrays.mark_written(out)
-    return res
-
-
-def _backward_device(fn, call, kind, dy, x, y, b, scale, out, backend):
-    xn, xa = ("x", x) if y is None else ("y", y)
-    dim = _device_sides(fn, call, xa, b, scale, xn)
-    dispatch._check_device(fn, {xn: xa, "dy": dy}, None)
-    dtype = dispatch._dtype_name(xa)
-    _check_precision(call, xa.dtype, fn)
-    direction = "backward" if y is None else "backward_y"
-    mod, kernel = registry.resolve(call.key, direction, dtype, kind, backend)
-    outs = _out_tuple(fn, out, b, scale)
-    if outs is None:
-        dx = mod.empty_like(xa)
-        db = None if b is None else mod.empty_like(b)
-        ds = None if scale is None else mod.empty_like(scale)
-    else:
-        dx = outs[0]
-        dispatch._check_device(fn, {xn: xa, "out[0]": dx}, None)
-        rest = list(outs[1:])
-        db = rest.pop(0) if b is not None or scale is not None else None
-        ds = rest.pop(0) if scale is not None else None
-        for i, (dst, like, name) in enumerate(((db, b, "b"), (ds, scale, "scale")), 1):
-            if dst is not None and like is None:
-                raise TypeError(f"{fn}: out[{i}] must be None without {name}")
-            if dst is not None:
-                dispatch._check_device(fn, {name: like, f"out[{i}]": dst}, None)
-    kp = {**call.kp, "dim": dim}
-    if y is not None:
-        kp["clamp"] = y_clamp(call.kp["clamp"], np.dtype(dtype))
-    dispatch._run(mod, kernel, _Label(fn, call), direction, dtype, (dy, xa, None if y is not None else b,
-                  None if y is not None else scale, dx, db, ds), kp)
-    if outs is not None:
-        for dst in outs:
-            if dst is not None:
-                _arrays.mark_written(dst)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-    if b is None and scale is None:
-        return dx
-    return (dx, db) if scale is None else (dx, db, ds)
-
-
-class _Label:
-    def __init__(self, fn: str, call: BiasActCall):
-        self.name = f"bias_act ({call.key})"
+def _chunk_plan(direction: str, given: dict, extra: dict, backend: str | None, names: tuple[str, ...],
+                *blocks: Any) -> Plan:
+    """The plan of one chunk: its blocks in the order Blocks gave them."""
+    got = dict(zip(names, blocks, strict=True))
+    arrays = {"x": got["x"], "b": got.get("b"), "scale": got.get("scale")}
+    if direction != "forward":
+        arrays["dy"] = got["dy"]
+    return plan(direction, arrays, given, extra, None, backend, partial=True)
 
 
 # ---- the public functions -----------------------------------------------------------------------------

@@ -10,16 +10,17 @@ from the table's references, so the family adds no formula of its own.
 
 from __future__ import annotations
 
+import functools
 import math
-import sys
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from . import _arrays, dispatch, registry
+from . import checks, core, elementwise
 from ._opdefs import COMPOSITE_DEFINITIONS, F32_MAX, GATED, CompositeDef, composable
 from .optable import FAMILY_KEYS, OPS, OpSpec, value_key
+from .plan import Blocks, Job, Plan, Result
 
 
 class GatedCall:
@@ -70,21 +71,33 @@ def _resolve(cdef: CompositeDef, given: Mapping[str, Any], extra: Mapping[str, A
                          f"valid: {valid}")
     if extra and not cdef.takes_act_params:  # the generated signatures refuse these before here
         raise TypeError(f"{fn}: unexpected keyword arguments {sorted(extra)}")
-    act_p = dispatch.validated(act, act_given, fn)
+    act_p = elementwise.validated(act, act_given, fn)
     limit = own.get("limit")
     kp = {**act_p, "limit": math.inf if limit is None else limit, "shift": 0.0 if limit is None else 1.0}
     return GatedCall(act, act_p, GATED.key(act.kernel_key(act_p)), kp, own["dim"], own["activate"] == "first",
                      own["layout"])
 
 
-def _check_precision(call: GatedCall, dtype: Any, fn: str) -> None:
+def kernel_key_of(op: str, params: Mapping[str, Any], fn: str) -> str | None:
+    """The kernel key a gated op's parameters select (None for an op that is not one)."""
+    cdef = COMPOSITE_DEFINITIONS.get(op)
+    if cdef is None:
+        return None
+    given = {k: v for k, v in params.items() if k in cdef.param_names}
+    extra = {k: v for k, v in params.items() if k not in cdef.param_names}
+    if extra and not cdef.takes_act_params:
+        raise TypeError(f"{fn}: unexpected parameters for {op}: {sorted(extra)}")
+    return resolve(cdef, given, extra, fn).key
+
+
+def check_precision(call: GatedCall, dtype: Any, fn: str) -> None:
     call.act.check_precision(call.act_p, dtype, fn)
     if getattr(dtype, "itemsize", 8) <= 4 and call.kp["limit"] != math.inf and call.kp["limit"] > F32_MAX:
         raise ValueError(f"{fn}: parameter 'limit' = {call.kp['limit']:g} does not fit float32, where "
                          f"{dtype} arrays are computed")
 
 
-def _axis(fn: str, shape: tuple[int, ...], dim: int, layout: str) -> int:
+def split_axis(fn: str, shape: tuple[int, ...], dim: int, layout: str) -> int:
     ndim = len(shape)
     if ndim == 0 or not -ndim <= dim < ndim:
         raise ValueError(f"{fn}: dim {dim} is out of range for x with {ndim} dims")
@@ -104,7 +117,7 @@ def split(x: Any, dim: int, layout: str) -> tuple[Any, Any]:
     return x[head + (slice(0, half),)], x[head + (slice(half, None),)]
 
 
-def _pair(call: GatedCall, first: Any, second: Any) -> tuple[Any, Any]:
+def pair(call: GatedCall, first: Any, second: Any) -> tuple[Any, Any]:
     """(gate, up) from the two views."""
     return (first, second) if call.gate_first else (second, first)
 
@@ -112,7 +125,7 @@ def _pair(call: GatedCall, first: Any, second: Any) -> tuple[Any, Any]:
 # ---- the float64 reference, composed from the table's -------------------------------------------------
 
 
-def _clipped(gate: np.ndarray, up: np.ndarray, kp: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def clipped(gate: np.ndarray, up: np.ndarray, kp: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     limit = kp["limit"]
     g = np.where(gate > limit, limit, gate)  # NaN stays NaN
     u = np.where(up > limit, limit, np.where(up < -limit, -limit, up))
@@ -123,7 +136,7 @@ def reference_forward(act: OpSpec, kp: Mapping[str, Any], gate: np.ndarray, up: 
     """act(min(gate, limit)) * (clamp(up, -limit, limit) + shift), in float64."""
     p = _act_params(act, kp)
     with np.errstate(all="ignore"):
-        g, u = _clipped(np.asarray(gate, np.float64), np.asarray(up, np.float64), kp)
+        g, u = clipped(np.asarray(gate, np.float64), np.asarray(up, np.float64), kp)
         return act.forward(g, **p) * u
 
 
@@ -134,7 +147,7 @@ def reference_backward(act: OpSpec, kp: Mapping[str, Any], dy: np.ndarray, gate:
     p = _act_params(act, kp)
     with np.errstate(all="ignore"):
         gate, up, dy = (np.asarray(a, np.float64) for a in (gate, up, dy))
-        g, u = _clipped(gate, up, kp)
+        g, u = clipped(gate, up, kp)
         dgate = act.backward(dy * u, g, **p)
         dup = dy * act.forward(g, **p)
         limit = kp["limit"]
@@ -145,203 +158,161 @@ def _act_params(act: OpSpec, kp: Mapping[str, Any]) -> dict[str, Any]:
     return {k: kp[k] for k in act.param_names}
 
 
-# ---- dispatch ----------------------------------------------------------------------------------------
+# ---- the plan -------------------------------------------------------------------------------------------
 
 
-class _Like:
-    """What dispatch.check_out compares a destination with: a dtype and a shape."""
-
-    def __init__(self, dtype: np.dtype, shape: tuple[int, ...]):
-        self.dtype, self.shape = dtype, shape
-
-
-def _host_views(fn: str, call: GatedCall, x: Any, up: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(x as NumPy, gate, up) for a host call; the two-input form checks that up matches x."""
-    dispatch.same_given_dtype(fn, {"x": x, "up": up})
-    xa = _arrays.as_host_array(x, f"{fn}: x")
-    if up is None:
-        dim = _axis(fn, xa.shape, call.dim, call.layout)
-        return (xa, *_pair(call, *split(xa, dim, call.layout)))
-    ua = _arrays.as_host_array(up, f"{fn}: up")
-    _same(fn, xa, ua)
-    return (xa, *_pair(call, xa, ua))
-
-
-def _same(fn: str, xa: Any, ua: Any, names: tuple[str, str] = ("x", "up")) -> None:
-    if str(ua.dtype) != str(xa.dtype):
-        raise TypeError(f"{fn}: {names[1]} has dtype {ua.dtype} but {names[0]} has {xa.dtype}; they must match")
-    if tuple(ua.shape) != tuple(xa.shape):
-        raise ValueError(f"{fn}: {names[1]} has shape {tuple(ua.shape)} but {names[0]} has {tuple(xa.shape)}; "
-                         "they must match")
-
-
-def _check_form(fn: str, given: Mapping[str, Any], up: Any) -> None:
+def check_form(fn: str, given: Mapping[str, Any], up: Any) -> None:
+    """dim and layout belong to the one-input form."""
     if up is not None and (given.get("layout", "halves") != "halves" or given.get("dim", -1) != -1):
         raise ValueError(f"{fn}: with up= (the two-input form) x and up are the two halves already: dim and "
                          "layout apply to the one-input form only")
 
 
-def _out_array(fn: str, out: Any) -> np.ndarray:
-    if not (isinstance(out, np.ndarray) or _arrays.kind_of(out) == "torch"):
-        raise TypeError(f"{fn}: out must be an array to write into, got {type(out).__name__}")
-    return _arrays.as_host_array(out, f"{fn}: out", writeable=True)
-
-
 def forward(cdef: CompositeDef, x: Any, up: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
             backend: str | None) -> Any:
     """y = act(gate) * up: half of x along dim (one-input form), or x's shape (two-input form)."""
-    fn = label(cdef, "forward")
-    dispatch._check_backend(fn, backend)
-    _check_form(fn, given, up)
-    call = resolve(cdef, given, extra, fn)
-    _refuse_masked(fn, x, up, out)
-    kind = dispatch._same_kind(fn, {"x": x, "up": up, "out": out})
-    if kind == "dask":
-        from . import dask_arrays
-
-        return dask_arrays.call_gated(cdef, call, x, up, out, backend)
-    if kind != "numpy":
-        return _forward_device(fn, call, kind, x, up, out, backend)
-    xa, gate, upv = _host_views(fn, call, x, up)
-    _check_precision(call, xa.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "forward", dispatch.dtype_name(xa.dtype), "numpy", backend)
-    if out is None:
-        res = np.empty(gate.shape, xa.dtype)
-    else:
-        res = _out_array(fn, out)
-        ins = {"x": xa} if up is None else {"x": xa, "up": upv}
-        dispatch.check_out(fn, res, ins, _Like(xa.dtype, gate.shape))
-    dispatch._run(mod, kernel, _Label(fn, call), "forward", dispatch.dtype_name(xa.dtype), (gate, upv, res),
-                  call.kp)
-    if out is not None:
-        _arrays.mark_written(out)
-        return out
-    return _arrays.wrap_like(res, x)
+    return core.run(plan(cdef, "forward", x, up, None, given, extra, out, backend))
 
 
 def backward(cdef: CompositeDef, dy: Any, x: Any, up: Any, given: dict[str, Any], extra: dict[str, Any],
              out: Any, backend: str | None) -> Any:
     """dx (x's shape: both halves written in one pass), or (dgate, dup) for the two-input form."""
-    fn = label(cdef, "backward")
-    dispatch._check_backend(fn, backend)
-    _check_form(fn, given, up)
+    return core.run(plan(cdef, "backward", x, up, dy, given, extra, out, backend))
+
+
+def plan(cdef: CompositeDef, direction: str, x: Any, up: Any, dy: Any, given: dict[str, Any], extra: dict[str, Any],
+         out: Any, backend: str | None, partial: bool = False) -> Plan:
+    fn = label(cdef, direction)
+    checks.check_backend(fn, backend)
+    check_form(fn, given, up)
     call = resolve(cdef, given, extra, fn)
-    outs = _out_pair(fn, out, up)
-    _refuse_masked(fn, dy, x, up, *outs)
-    kind = dispatch._same_kind(fn, {"dy": dy, "x": x, "up": up, **{f"out[{i}]": o for i, o in enumerate(outs)}})
-    if kind == "dask":
-        from . import dask_arrays
-
-        return dask_arrays.call_gated_grad(cdef, call, dy, x, up, out, backend)
-    if kind != "numpy":
-        return _backward_device(fn, call, kind, dy, x, up, out, backend)
-    dispatch.same_given_dtype(fn, {"x": x, "dy": dy})
-    xa, gate, upv = _host_views(fn, call, x, up)
-    dya = _arrays.as_host_array(dy, f"{fn}: dy")
-    _same(fn, gate, dya, ("the result", "dy"))
-    _check_precision(call, xa.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "backward", dispatch.dtype_name(xa.dtype), "numpy", backend)
-    ins = {"dy": dya, "x": xa} if up is None else {"dy": dya, "x": xa, "up": upv}
-    if up is None:
-        if out is None:
-            dx = np.empty_like(xa)
-        else:
-            dx = _out_array(fn, out)
-            dispatch.check_out(fn, dx, ins, xa)
-        dgate, dup = _pair(call, *split(dx, call.dim % xa.ndim, call.layout))
-    else:  # the gradients in the order of the arguments (x, up), whichever of them is the gate
-        if out is None:
-            dfirst, dsecond = np.empty_like(xa), np.empty_like(xa)
-        else:
-            dfirst, dsecond = (_out_array(fn, o) for o in outs)
-            for o in (dfirst, dsecond):
-                dispatch.check_out(fn, o, ins, xa)
-            if np.shares_memory(dfirst, dsecond):
-                raise ValueError(f"{fn}: out[0] and out[1] overlap; they must be separate arrays")
-        dgate, dup = _pair(call, dfirst, dsecond)
-    dispatch._run(mod, kernel, _Label(fn, call), "backward", dispatch.dtype_name(xa.dtype),
-                  (dya, gate, upv, dgate, dup), call.kp)
-    if out is not None:
-        for o in outs:
-            _arrays.mark_written(o)
-        return out
-    if up is None:
-        return _arrays.wrap_like(dx, x)
-    return _arrays.wrap_like(dfirst, x), _arrays.wrap_like(dsecond, x)
+    arrays = {"x": x, "up": up} if direction == "forward" else {"x": x, "up": up, "dy": dy}
+    state = (cdef, call, given, extra)
+    return Plan(fn, f"{cdef.name} ({call.key})", call.key, direction, call.kp, arrays, out, backend, FAMILY, state,
+                partial)
 
 
-def _out_pair(fn: str, out: Any, up: Any) -> tuple[Any, ...]:
-    """The destinations: dx (one-input form) or a pair (dgate, dup) for the two-input form."""
-    if out is None:
-        return ()
-    if up is None:
-        return (out,)
-    if not isinstance(out, (tuple, list)) or len(out) != 2:
-        raise TypeError(f"{fn}: with up= out must be a pair (dgate, dup), got {type(out).__name__}")
-    return tuple(out)
-
-
-def _refuse_masked(fn: str, *arrays: Any) -> None:
-    masked = sys.modules.get("numpy.ma")
-    if masked is not None and any(isinstance(a, masked.MaskedArray) for a in arrays):
-        raise TypeError(f"{fn}: masked arrays are not supported by the gated ops; pass np.ma.getdata(x) and "
-                        "combine the masks of the two halves yourself")
-
-
-class _Label:
-    """What dispatch._run names in a note on a kernel's error: 'swiglu (gated:silu)'."""
-
-    def __init__(self, fn: str, call: GatedCall):
-        self.name = f"{fn.split('(')[0]} ({call.key})"
-
-
-def _device_views(fn: str, call: GatedCall, x: Any, up: Any) -> tuple[Any, Any, int | None]:
-    """(gate, up, dim) of a device call: x's halves along dim, or the two arrays (dim None)."""
-    dispatch._check_device(fn, {"x": x} if up is None else {"x": x, "up": up}, None)
+def _views(fn: str, call: GatedCall, x: Any, up: Any) -> tuple[Any, Any, int | None]:
+    """(gate, up, dim) of x's halves along dim, or of the two arrays (dim None)."""
     if up is not None:
-        return (*_pair(call, x, up), None)
-    dim = _axis(fn, tuple(x.shape), call.dim, call.layout)
-    return (*_pair(call, *split(x, dim, call.layout)), dim)
+        checks.same_as(fn, "up", up, "x", x)
+        return (*pair(call, x, up), None)
+    dim = split_axis(fn, tuple(x.shape), call.dim, call.layout)
+    return (*pair(call, *split(x, dim, call.layout)), dim)
 
 
-def _forward_device(fn, call, kind, x, up, out, backend):
-    gate, upv, _ = _device_views(fn, call, x, up)
-    dtype = dispatch._dtype_name(x)
-    _check_precision(call, x.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "forward", dtype, kind, backend)
-    if out is None:
-        res = mod.empty_like(gate)
-    else:
-        dispatch._check_device(fn, {"the result": gate, "out": out}, None)
-        res = out
-    dispatch._run(mod, kernel, _Label(fn, call), "forward", dtype, (gate, upv, res), call.kp)
-    if out is not None:
-        _arrays.mark_written(out)
-    return res
+class _Gated:
+    """The family's side of the call core (multiact.plan.Family)."""
+
+    join_dask = False  # host arrays beside a Dask array join it (else a call mixing them is refused)
+    optional = frozenset({"up"})  # arrays that may be left out (None)
+    masked = ("masked arrays are not supported by the gated ops; pass np.ma.getdata(x) and combine the masks of "
+              "the two halves yourself")
+
+    def outs(self, plan: Plan) -> tuple:
+        out, up = plan.out, plan.arrays["up"]
+        if out is None:
+            return ()
+        if plan.direction == "forward" or up is None:
+            return (out,)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise TypeError(f"{plan.fn}: with up= out must be a pair (dgate, dup), got {type(out).__name__}")
+        return tuple(out)
+
+    def returned(self, plan: Plan, values: list) -> Any:
+        return values[0] if len(values) == 1 else tuple(values)
+
+    def check(self, plan: Plan, dtype: Any) -> None:
+        check_precision(plan.state[1], dtype, plan.fn)
+
+    def host(self, plan: Plan, arrs: dict[str, Any]) -> Job:
+        return self._job(plan, arrs)
+
+    def device(self, plan: Plan, arrays: dict[str, Any]) -> Job:
+        return self._job(plan, arrays)
+
+    def _job(self, plan: Plan, arrs: dict[str, Any]) -> Job:
+        """The same views for every kind: halves of x (or x and up) are slices, which any array library has."""
+        fn, call = plan.fn, plan.state[1]
+        x, up = arrs["x"], arrs.get("up")
+        gate, upv, dim = _views(fn, call, x, up)
+        if plan.direction == "forward":
+            def fwd(kernel, arrays):
+                kernel(gate, upv, arrays[0])
+                return {}
+
+            return Job(x.dtype, (Result("out", gate),), call.kp, fwd)
+        dy = arrs["dy"]
+        checks.same_as(fn, "dy", dy, "the result", gate)
+        if up is None:
+            def bwd(kernel, arrays):
+                kernel(dy, gate, upv, *pair(call, *split(arrays[0], dim, call.layout)))
+                return {}
+
+            return Job(x.dtype, (Result("out", x),), call.kp, bwd)
+
+        def bwd_pair(kernel, arrays):  # the gradients in the order of the arguments (x, up)
+            kernel(dy, gate, upv, *pair(call, arrays[0], arrays[1]))
+            return {}
+
+        return Job(x.dtype, (Result("out[0]", x), Result("out[1]", up)), call.kp, bwd_pair)
+
+    def blocks(self, plan: Plan, arrays: dict[str, Any]) -> Blocks:
+        fn = plan.fn
+        cdef, call, given, extra = plan.state
+        x, up, dy = arrays["x"], arrays.get("up"), arrays.get("dy")
+        ind = tuple(range(x.ndim))
+        rebuild = functools.partial(_chunk_plan, cdef.name, plan.direction, given, extra, plan.backend,
+                                    tuple(arrays))
+        if up is not None:  # two arrays aligned blockwise, like an elementwise op's
+            for n, a in arrays.items():
+                _same_known(fn, n, a, "x", x)
+            res = (Result("out", x),) if dy is None else (Result("out[0]", x), Result("out[1]", up))
+            return Blocks([(a, ind) for a in arrays.values()], ind, rebuild, res, x)
+        if x.ndim and -x.ndim <= call.dim < x.ndim and math.isnan(x.shape[call.dim % x.ndim]):
+            raise ValueError(f"{fn}: x.shape[{call.dim}] is unknown (NaN chunks); the gated ops split x along dim, "
+                             "so its length must be known: x.compute_chunk_sizes() first")
+        dim = split_axis(fn, tuple(x.shape), call.dim, call.layout)
+        x = x.rechunk({dim: -1})  # each chunk holds the whole dim axis: both halves
+        if dy is None:
+            return Blocks([(x, ind)], ind, rebuild, (Result("out", x),), x, adjust={dim: _half})
+        half = tuple(n // 2 if i == dim else n for i, n in enumerate(x.shape))
+        _same_known(fn, "dy", dy, "the result", _Like(x.dtype, half))
+        # dy's dim axis has a label of its own (half x's length, one chunk): concatenate hands the whole block
+        dy_ind = tuple(x.ndim if i == dim else i for i in ind)
+        return Blocks([(x, ind), (dy.rechunk({dim: -1}), dy_ind)], ind, rebuild, (Result("out", x),), x,
+                      concatenate=True)
 
 
-def _backward_device(fn, call, kind, dy, x, up, out, backend):
-    gate, upv, dim = _device_views(fn, call, x, up)
-    dispatch._check_device(fn, {"the result": gate, "dy": dy}, None)
-    dtype = dispatch._dtype_name(x)
-    _check_precision(call, x.dtype, fn)
-    mod, kernel = registry.resolve(call.key, "backward", dtype, kind, backend)
-    if up is None:
-        dx = mod.empty_like(x) if out is None else out
-        if out is not None:
-            dispatch._check_device(fn, {"x": x, "out": out}, None)
-        dgate, dup = _pair(call, *split(dx, dim, call.layout))
-    else:  # the gradients in the order of the arguments (x, up)
-        dfirst, dsecond = (mod.empty_like(x), mod.empty_like(up)) if out is None else _out_pair(fn, out, up)
-        if out is not None:
-            dispatch._check_device(fn, {"x": x, "out[0]": dfirst, "out[1]": dsecond}, None)
-        dgate, dup = _pair(call, dfirst, dsecond)
-    dispatch._run(mod, kernel, _Label(fn, call), "backward", dtype, (dy, gate, upv, dgate, dup), call.kp)
-    if out is not None:
-        for o in _out_pair(fn, out, up):
-            _arrays.mark_written(o)
-        return out
-    return dx if up is None else (dfirst, dsecond)
+FAMILY = _Gated()
+
+
+class _Like:
+    """A dtype and a shape (the result a dy must match)."""
+
+    def __init__(self, dtype: Any, shape: tuple):
+        self.dtype, self.shape = dtype, shape
+
+
+def _same_known(fn: str, name: str, a: Any, ref_name: str, ref: Any) -> None:
+    """checks.same_as where both shapes are known (a Dask array's may have NaN lengths)."""
+    if any(isinstance(n, float) and math.isnan(n) for n in (*a.shape, *ref.shape)):
+        if str(a.dtype) != str(ref.dtype):
+            raise TypeError(f"{fn}: {name} has dtype {a.dtype} but {ref_name} has {ref.dtype}; they must match")
+        return
+    checks.same_as(fn, name, a, ref_name, ref)
+
+
+def _half(n: int) -> int:
+    return n // 2
+
+
+def _chunk_plan(name: str, direction: str, given: dict, extra: dict, backend: str | None, names: tuple[str, ...],
+                *blocks: Any) -> Plan:
+    """The plan of one chunk: x (and up), and for a backward dy, in the order Blocks gave them."""
+    got = dict(zip(names, blocks, strict=True))
+    return plan(COMPOSITE_DEFINITIONS[name], direction, got["x"], got.get("up"), got.get("dy"), given, extra, None,
+                backend, partial=True)
 
 
 # ---- the public functions, generated from the definitions ---------------------------------------------

@@ -367,7 +367,7 @@ def _gated_to_onnx(cdef: Any, dtype: str, grad: Any, from_output: bool, params: 
     call = gated.resolve(cdef, own, extra, fn)
     if not -ndim <= call.dim < ndim:
         raise ValueError(f"{fn}: dim {call.dim} is out of range for x with {ndim} dims (ndim={ndim})")
-    gated._check_precision(call, np.dtype(dtype), fn)
+    gated.check_precision(call, np.dtype(dtype), fn)
     p = G.gated_params(call.kp)
     act_key = FAMILY_KEYS[call.key][2]
     dim = call.dim
@@ -437,7 +437,7 @@ def _bias_act_to_onnx(dtype: str, grad: Any, from_output: bool, params: dict):
     call = B.resolve(own, extra, fn)
     if not -ndim <= call.dim < ndim:
         raise ValueError(f"{fn}: dim {call.dim} is out of range for x with {ndim} dims (ndim={ndim})")
-    B._check_precision(call, np.dtype(dtype), fn)
+    B.check_precision(call, np.dtype(dtype), fn)
     axis = call.dim % ndim
     p = G.bias_act_params(call.act_p, call.kp["gain"], call.kp["clamp"])
     act_key = BIAS_ACT_KEYS[call.key][2]

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from . import reference as R
+from . import vocab
 from ._opdefs import (
     BIAS_ACT,
     DEFINITIONS,
-    DIRECTIONS,
     F32_MAX,
     F32_TINY,
     FAMILIES,
@@ -32,7 +32,8 @@ __all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FAMILY_KEYS", "FLOAT_DTYPES", "
            "OpSpec", "OpTable", "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
 
 
-FLOAT_DTYPES = ("float16", "float32", "float64")
+FLOAT_DTYPES = vocab.NUMPY_DTYPES  # the suite's dtypes: NumPy's own (bfloat16 arrays need ml_dtypes)
+DIRECTIONS = vocab.FIRST_ORDER  # the function and its first derivatives (what `OpSpec.has` answers for)
 
 
 def in_float32(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -79,8 +80,10 @@ class Tolerance:
     cond: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray] | None = None
 
     def ulp(self, dtype: str) -> float:
-        # bfloat16 follows float16's rule (computed in float32, rounded once): the same bound in its own ulp
-        return {"float16": self.ulp16, "bfloat16": self.ulp16, "float32": self.ulp32, "float64": self.ulp64}[dtype]
+        # the half types (float16, bfloat16) follow one rule (computed in float32, rounded once): ulp16, each in
+        # its own ulp
+        d = vocab.DTYPES[dtype]
+        return self.ulp16 if d.half else self.ulp64 if d.compute == "float64" else self.ulp32
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ from torch import nn
 
 import multiact as _multiact
 
-from . import api, dispatch, fused_bias_act, gated, registry
+from . import api, checks, elementwise, fused_bias_act, gated, hot, registry
+from ._config import get_num_threads
 from ._opdefs import COMPOSITES, GATED, CompositeDef
 from ._torch_func import TransformableOp
 from .optable import OPS, REQUIRED, OpSpec
@@ -126,9 +127,9 @@ def _written_in_place(like: torch.Tensor) -> bool:
 def _elementwise(spec: OpSpec, direction: str, named: dict, p: dict, backend, like: torch.Tensor) -> torch.Tensor:
     if _written_in_place(like):
         out = torch.empty_like(like)
-        dispatch.call(spec, direction, named, p, out, backend)
+        elementwise.call(spec, direction, named, p, out, backend)
         return out
-    return _layout(_as_result(dispatch.call(spec, direction, named, p, None, backend), like), like)
+    return _layout(_as_result(elementwise.call(spec, direction, named, p, None, backend), like), like)
 
 
 def _to(value: Any, like: torch.Tensor) -> torch.Tensor:
@@ -223,7 +224,7 @@ class _OpSet:
         p = dict(zip(self.names, pv, strict=True))
         if self.learn is not None:
             p[self.learn] = self.spec.params[self.li].default
-        dispatch._check_backend(self.spec.label("forward"), backend)
+        checks.check_backend(self.spec.label("forward"), backend)
         self.spec.validate(p)
 
     # -- real implementations --
@@ -234,7 +235,7 @@ class _OpSet:
 
     def _forward_inplace(self, x, *vals):
         p, backend = self._params(vals)
-        dispatch.call(self.spec, "forward", {"x": x}, p, x, backend)
+        elementwise.call(self.spec, "forward", {"x": x}, p, x, backend)
 
     def _backward(self, dy, x, *vals):
         p, backend = self._params(vals)
@@ -246,7 +247,7 @@ class _OpSet:
 
     def _param_grad(self, dy, x, *vals):
         p, backend = self._params(vals)
-        g = dispatch.call(self.spec, "param_grad", {"dy": dy, "x": x}, p, None, backend)
+        g = elementwise.call(self.spec, "param_grad", {"dy": dy, "x": x}, p, None, backend)
         return _to(g, self._param_like(x, vals))
 
     def _backward2(self, g, dy, x, *vals):
@@ -555,7 +556,7 @@ def _doc(spec: OpSpec) -> str:
 #
 # A custom op costs tens of microseconds per call in eager mode (torch.library's Python dispatch), several
 # times torch's own function on a small tensor.  So in eager mode a plain CPU tensor whose call the
-# dispatcher has cached (the tensor hot path, dispatch.tensor_hot: same checks, same kernel) skips it: no
+# dispatcher has cached (the tensor hot path, hot.tensor_hot: same checks, same kernel) skips it: no
 # autograd needed -> the kernel straight away; autograd needed -> _Eager, an autograd.Function whose backward
 # runs the cached backward kernel, or the differentiable custom op <op>_grad when the backward itself is
 # recorded (create_graph=True: second order).  Anything else takes the custom ops: torch.compile/export
@@ -582,7 +583,7 @@ class _Eager(torch.autograd.Function):
     def forward(ctx, x, hit):
         ctx.save_for_backward(x)
         ctx.hit = hit
-        return dispatch.eager_forward(hit, x)
+        return hot.eager_forward(hit, x)
 
     @staticmethod
     def backward(ctx, g):
@@ -591,8 +592,8 @@ class _Eager(torch.autograd.Function):
         if not _C.is_grad_enabled():  # the backward is not recorded: no second order through it
             hit = cache.get(key + (registry.preference_key(),))
             if hit is not None:
-                dx = dispatch.eager_backward(hit, g, x)
-                if dx is not dispatch.MISS:
+                dx = hot.eager_backward(hit, g, x)
+                if dx is not hot.MISS:
                     return dx, None
         return s.grad(g, x, *vals), None  # the custom op: differentiable, and it fills the cache
 
@@ -614,7 +615,7 @@ def _eager_grad(s: _OpSet, hit, key: tuple, vals: tuple):
     if got is None:
         kinds = [p.kind for p in s.spec.params] + ["backend"]
         args = tuple(_float(v) if k == "float" else v for v, k in zip(vals, kinds, strict=True))
-        got = _BACKWARD[hit] = (s, dispatch.fast_cache(s.spec), ("backward", *key), args)
+        got = _BACKWARD[hit] = (s, hot.cache(s.spec.name), ("backward", *key), args)
         if len(_BACKWARD) > 4096:
             _BACKWARD.clear()
             _BACKWARD[hit] = got
@@ -640,7 +641,7 @@ def _make_function(spec: OpSpec):
             f"                    _eager_grad(_set, hit, key[1:-1], ({values}backend,))\n"
             f"                return _eager_apply(_undead(x), hit)\n"
             f"            at = hit.at\n"
-            f"            if at is not None and {dispatch.direct_test('x')}:\n"
+            f"            if at is not None and {hot.direct_test('x')}:\n"
             f"                y = _tempty[0](x)\n"
             f"                at[0](at[1], x.data_ptr(), y.data_ptr(), y.numel(), _threads())\n"
             f"                return y\n"
@@ -654,11 +655,11 @@ def _make_function(spec: OpSpec):
         f"    return _apply(_spec, x, {pdict}, inplace, backend)\n"
     )
     ns: dict[str, Any] = {
-        **_EAGER_NAMES, "_tempty": dispatch._EMPTY_LIKE, "_STRIDED": dispatch._STRIDED, "_threads": dispatch._threads,
+        **_EAGER_NAMES, "_tempty": hot.EMPTY_LIKE, "_STRIDED": hot.STRIDED, "_threads": get_num_threads,
         "_spec": spec, "_apply": _apply, "_T": torch.Tensor, "_NUM": api._NUM,
-        "_zero_key": api._zero_key, "_cache": dispatch.fast_cache(spec), "_prefs": registry.preference_key,
+        "_zero_key": api._zero_key, "_cache": hot.cache(spec.name), "_prefs": registry.preference_key,
         "_grad_on": _C.is_grad_enabled, "_eager_apply": _eager_apply, "_undead": _undead, "_set": SETS[spec.name],
-        "_thot": dispatch.tensor_hot, "_MISS": dispatch.MISS,
+        "_thot": hot.tensor_hot, "_MISS": hot.MISS,
         "_FN": spec.label("forward"), "_X": _X, "_BACKWARD": _BACKWARD, "_eager_grad": _eager_grad,
     }
     exec(compile(src, f"<multiact.torch.{spec.name}>", "exec"), ns)  # noqa: S102 - generated from the op table
@@ -867,16 +868,16 @@ class _GatedSet:
     def _resolve(self, vals: tuple, x, up=None):
         given, extra, backend = self._given(vals)
         fn = gated.label(self.cdef, "forward")
-        dispatch._check_backend(fn, backend)
+        checks.check_backend(fn, backend)
         call = gated.resolve(self.cdef, given, extra, fn)
         if up is not None:
-            gated._check_form(fn, given, up)
+            gated.check_form(fn, given, up)
         return call, fn
 
     def _fake_forward(self, x, *vals):
         call, fn = self._resolve(vals, x)
         shape = list(x.shape)
-        d = gated._axis(fn, tuple(shape), call.dim, call.layout)
+        d = gated.split_axis(fn, tuple(shape), call.dim, call.layout)
         shape[d] //= 2
         return x.new_empty(shape)
 
@@ -955,11 +956,11 @@ class _GatedSet:
         given, _, _ = self._given(ctx.vals)
         fn = gated.label(self.cdef, "backward")
         call = gated.resolve(self.cdef, given, self._given(ctx.vals)[1], fn)
-        dim = gated._axis(fn, tuple(x.shape), call.dim, call.layout)
-        gate, up = gated._pair(call, *gated.split(x, dim, call.layout))
-        gg, gu = gated._pair(call, *gated.split(gdx, dim, call.layout))
+        dim = gated.split_axis(fn, tuple(x.shape), call.dim, call.layout)
+        gate, up = gated.pair(call, *gated.split(x, dim, call.layout))
+        gg, gu = gated.pair(call, *gated.split(gdx, dim, call.layout))
         call, d_dy, d_gate, d_up = self._second(ctx.vals, dy, gate, up, gg, gu)
-        first, second = gated._pair(call, d_gate, d_up)
+        first, second = gated.pair(call, d_gate, d_up)
         if call.layout == "interleaved":
             d_x = torch.stack([first, second], dim + 1).flatten(dim, dim + 1)
         else:
@@ -971,10 +972,10 @@ class _GatedSet:
         dy, x, up = ctx.saved_tensors
         given, extra, _ = self._given(ctx.vals)
         call = gated.resolve(self.cdef, given, extra, gated.label(self.cdef, "backward"))
-        gate, upv = gated._pair(call, x, up)
-        gg, gu = gated._pair(call, g_first, g_second)
+        gate, upv = gated.pair(call, x, up)
+        gg, gu = gated.pair(call, g_first, g_second)
         call, d_dy, d_gate, d_up = self._second(ctx.vals, dy, gate, upv, gg, gu)
-        d_x, d_u = gated._pair(call, d_gate, d_up)
+        d_x, d_u = gated.pair(call, d_gate, d_up)
         need = ctx.needs_input_grad
         return (d_dy if need[0] else None, d_x if need[1] else None, d_u if need[2] else None) + \
             (None,) * len(ctx.vals)
@@ -1118,7 +1119,7 @@ class _BiasActSet:
     def _check(self, vals):
         given, extra, backend = self._given(vals)
         fn = fused_bias_act.label("forward")
-        dispatch._check_backend(fn, backend)
+        checks.check_backend(fn, backend)
         fused_bias_act.resolve(given, extra, fn)
 
     def _fake_forward(self, x, b, scale, *vals):
@@ -1291,5 +1292,5 @@ _EXTRAS = ("CUSTOM_OPS", "FUNCTIONS", "MODULES", "NAMESPACE", "module_name", "op
 
 
 def __dir__() -> list[str]:
-    """Only the public names (not the imports and helpers: torch, nn, dispatch, Any, ...)."""
+    """Only the public names (not the imports and helpers: torch, nn, elementwise, Any, ...)."""
     return sorted({*__all__, *_EXTRAS})

@@ -1,6 +1,7 @@
 """cffi builder for multiact._native (API mode; setup.py lists `native/build_native.py:ffibuilder`).
 
-The C kernel list and the cdef are generated from native/kernels.py, the one kernel table.
+The C kernel list and the cdef are generated from native/kernels.py, the one kernel table; the C runtime's ISA
+table (ma_isa_list.h) from multiact/vocab.py through it.
 Paths are relative to the project root, where setuptools runs this.  Set MULTIACT_NATIVE_DEBUG=1
 for -O1 -g with AddressSanitizer and UBSan, Threads: native/src/ma_pool.c (pthreads).
 """
@@ -37,6 +38,7 @@ def _write_if_changed(path: str, text: str) -> None:
 K = _kernels()
 _write_if_changed(os.path.join(_GEN, "ma_kernel_list.h"), K.x_macro_header())
 _write_if_changed(os.path.join(_GEN, "ma_series64.h"), K.series64_header())
+_write_if_changed(os.path.join(_GEN, "ma_isa_list.h"), K.isa_header())  # the C runtime's ISA table (vocab)
 _DECLS = "/* Generated from native/kernels.py */\n" + K.declarations()
 _write_if_changed(os.path.join(_GEN, "ma_kernel_decls.h"), _DECLS)
 
@@ -92,7 +94,8 @@ ffibuilder.set_source(
     sources=_part_sources() + [os.path.join(_SRC, f) for f in ("ma_runtime.c", "ma_pool.c")],
     include_dirs=[_SRC, _GEN],
     depends=sorted(os.path.join(_SRC, f) for f in os.listdir(_SRC) if f.endswith((".h", ".inc")))
-    + [os.path.join(_GEN, f) for f in ("ma_kernel_list.h", "ma_kernel_decls.h", "ma_kernel_table.h", "ma_series64.h")],
+    + [os.path.join(_GEN, f) for f in ("ma_kernel_list.h", "ma_kernel_decls.h", "ma_kernel_table.h", "ma_series64.h",
+                                       "ma_isa_list.h")],
     extra_compile_args=_cflags,
     extra_link_args=_ldflags,
     libraries=["m"],

@@ -1,8 +1,9 @@
 """The kernel table of multiact._native: (op, kernel key, direction, dtype, ISA) -> C symbol.
 
-Derived from the op definitions (`multiact/_opdefs.py`, loaded by path: this module imports only the
-standard library, so the cffi builder can run before multiact or NumPy exist).  Read by the builder
-(which generates the C X-macro list and the cdef), by the `native` backend (the table is embedded in
+Derived from the op definitions (`multiact/_opdefs.py`) and the vocabulary of dtypes and ISAs
+(`multiact/vocab.py`), both loaded by path: this module imports only the standard library, so the cffi
+builder can run before multiact or NumPy exist.  Read by the builder (which generates the C X-macro list,
+the cdef and the runtime's ISA list), by the `native` backend (the table is embedded in
 the extension) and by the tests (which run every row).
 
 C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sigmoid_grad_y__neon`,
@@ -28,32 +29,35 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import platform
 import re
 import sys
 from typing import NamedTuple
 
-# Storage dtypes: float16 and bfloat16 are loaded into float32, computed there and rounded once on the store;
-# float64 is computed in float64 lanes, by the elementwise bodies that have a float64 form (float64_bodies).
-DTYPES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64"}
+
+def _load(name: str):
+    """multiact/<name>.py loaded by path as _multiact_<name> (once; _opdefs as _multiact_opdefs): the
+    definitions and the vocabulary import only the standard library."""
+    mod_name = "_multiact_" + name.lstrip("_")
+    if mod_name not in sys.modules:
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "multiact", f"{name}.py")
+        spec = importlib.util.spec_from_file_location(mod_name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod  # dataclasses look their module up while the class is made
+        spec.loader.exec_module(mod)
+    return sys.modules[mod_name]
+
+
+# The vocabulary (multiact/vocab.py): dtypes, directions, ISAs.
+VOCAB = _load("vocab")
+# Storage dtype -> its tag in C symbols (f32, f16, bf16, f64).  float16 and bfloat16 are loaded into float32,
+# computed there and rounded once on the store; float64 is computed in float64 lanes, by the elementwise bodies
+# that have a float64 form (float64_bodies).
+DTYPES = {name: d.ctag for name, d in VOCAB.DTYPES.items()}
 # The signatures that float64 has kernels of (ma_kernels64.inc).
 F64_SIGNATURES = ("unary", "binary", "ternary")
-ISAS_BY_ARCH = {"x86_64": ("scalar", "avx2", "avx512"), "aarch64": ("scalar", "neon")}
-ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
-def _load_definitions():
-    name = "_multiact_opdefs"
-    if name not in sys.modules:
-        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "multiact", "_opdefs.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod  # dataclasses look their module up while the class is made
-        spec.loader.exec_module(mod)
-    return sys.modules[name]
-
-
-_OPDEFS = _load_definitions()
+_OPDEFS = _load("_opdefs")
 DEFS = _OPDEFS.DEFS
 
 
@@ -94,7 +98,7 @@ class Kernel(NamedTuple):
     op: str  # public op name
     key: str  # kernel key (the op's name, or its variant's: gelu_tanh)
     direction: str  # forward | backward | backward_y | backward2 | param_grad
-    dtype: str  # float32 | float16 | bfloat16
+    dtype: str  # a storage dtype of the vocabulary (float16 | bfloat16 | float32 | float64)
     isa: str
     cname: str
     symbol: str
@@ -212,38 +216,45 @@ _PARAMS.update({_bias_y_name(k): d.float_params for d, k in _bias_keys()
 
 
 def arch(machine: str | None = None) -> str:
-    m = (machine or platform.machine()).lower()
-    return ARCH_ALIASES.get(m, m)
+    return VOCAB.arch(machine)
 
 
 ISAS_ENV = "MULTIACT_NATIVE_ISAS"
-# The CPU flags (Linux /proc/cpuinfo) an ISA column needs to run (scalar: none).
-ISA_FLAGS = {"avx2": ("avx2", "fma", "f16c"), "avx512": ("avx512f", "avx512bw", "avx512dq", "avx512vl"),
-             "neon": ()}
 
 
 def host_isas() -> tuple[str, ...]:
-    """The ISAs of this architecture that this CPU runs, by its flags (every one where they cannot be read)."""
+    """The ISAs of this architecture that this CPU runs, by its flags (the vocabulary's ISA flags; every one
+    where they cannot be read)."""
+    every = VOCAB.isas_of(arch())
     try:
         with open("/proc/cpuinfo") as f:
             line = next((ln for ln in f if ln.startswith(("flags", "Features"))), "")
     except OSError:
-        return ISAS_BY_ARCH.get(arch(), ("scalar",))
+        return every
     flags = set(line.partition(":")[2].split())
-    return tuple(i for i in ISAS_BY_ARCH.get(arch(), ("scalar",)) if set(ISA_FLAGS.get(i, ())) <= flags)
+    return tuple(i for i in every if set(VOCAB.ISAS[i].flags) <= flags)
 
 
 def isas(machine: str | None = None) -> tuple[str, ...]:
-    """ISAs compiled into the extension on this architecture (scalar everywhere).  MULTIACT_NATIVE_ISAS (a
-    comma list, or `host`: those this CPU runs) builds fewer, for a quicker build where the others could not
-    run anyway (CI on a CPU without AVX-512: the avx512 units are a third of the build); set it for the tests
-    too.  A named machine (the C harness, cross builds) always gets every ISA."""
-    every = ISAS_BY_ARCH.get(arch(machine), ("scalar",))
+    """ISAs compiled into the extension on this architecture (the vocabulary's, baseline first; scalar
+    everywhere).  MULTIACT_NATIVE_ISAS (a comma list, or `host`: those this CPU runs) builds fewer, for a quicker
+    build where the others could not run anyway (CI on a CPU without AVX-512: the avx512 units are a third of
+    the build); set it for the tests too.  A named machine (the C harness, cross builds) always gets every ISA."""
+    every = VOCAB.isas_of(arch(machine))
     want = os.environ.get(ISAS_ENV, "").strip().lower()
     if machine is not None or not want:
         return every
     keep = set(host_isas()) if want == "host" else {w.strip() for w in want.split(",")}
-    return tuple(i for i in every if i == "scalar" or i in keep)
+    return tuple(i for i in every if i == VOCAB.BASELINE or i in keep)
+
+
+def isa_header() -> str:
+    """ma_isa_list.h: the C runtime's ISA table (ma_runtime.c), from the vocabulary: MA_ISA(name, arch) for
+    every ISA, best first (the `native` backend's preference); arch `any` for the portable baseline."""
+    rows = " \\\n".join(f"    MA_ISA({i.name}, {i.arch or 'any'})" for i in VOCAB.ISAS.values())
+    return ("/* Generated from multiact/vocab.py by native/kernels.py; do not edit. */\n"
+            "/* MA_ISA(name, architecture): every ISA, best first; `any`: the portable C of every architecture */\n"
+            f"#define MA_ISA_LIST \\\n{rows}\n")
 
 
 def symbol(cname: str, dtype: str, isa: str) -> str:
@@ -512,14 +523,15 @@ def declarations(machine: str | None = None) -> str:
     for k in table(machine):
         if k.symbol not in seen:
             seen.add(k.symbol)
-            t = {"float32": "float", "float64": "double"}.get(k.dtype, "uint16_t")
-            lines.append(_SIGS[k.signature].format(s=k.symbol, t=t))
+            lines.append(_SIGS[k.signature].format(s=k.symbol, t=VOCAB.DTYPES[k.dtype].ctype))
     return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--header"]:
         sys.stdout.write(x_macro_header())
+    elif sys.argv[1:2] == ["--isa-header"]:
+        sys.stdout.write(isa_header())
     elif sys.argv[1:2] == ["--decls"]:
         sys.stdout.write(declarations(sys.argv[2] if len(sys.argv) > 2 else None))
     else:

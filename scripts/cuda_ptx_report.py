@@ -51,12 +51,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from multiact import vocab
+
 TYPES = {"pred", "b8", "b16", "b32", "b64", "u8", "u16", "u32", "u64", "s8", "s16", "s32", "s64",
          "f16", "f16x2", "bf16", "bf16x2", "f32", "f64"}
 NOT_ARITH = {"mov", "ld", "st", "cvt", "cvta", "selp"}  # moves, memory, conversions and selects: not f64 math
 PTXAS_PATHS = ("/usr/local/bin/ptxas", "/usr/local/cuda/bin/ptxas")
 LAYOUT_ORDER = {"strided": 0, "contiguous": 1, "rows": 2}
-DTYPE_ORDER = {"float16": 0, "float32": 1, "float64": 2}
+DTYPE_ORDER = {d: i for i, d in enumerate(vocab.DTYPE_NAMES)}
 
 # Kernels of float16/float32 data that may do float64 arithmetic, by the suffix of their source, with the reason.
 # Every elementwise and composite-family kernel computes in float32 (formulas.py; formulas.WIDE is empty).

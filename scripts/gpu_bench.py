@@ -85,6 +85,7 @@ def main() -> int:
     import torch
 
     import multiact as ma
+    from multiact import vocab
     from multiact.optable import OPS
 
     dev = torch.device("cuda")
@@ -103,7 +104,7 @@ def main() -> int:
     ops = [o for o in (args.ops.split(",") if args.ops else OPS)]
     rows, copy_bw, failures = [], {}, []
     t_start = time.time()
-    for dname in args.dtypes.split(","):
+    for dname in vocab.dtypes(args.dtypes.split(",")):  # any spelling multiact's commands take
         dtype = getattr(torch, dname)
         item = torch.empty(0, dtype=dtype).element_size()
         x = (torch.randn(args.n, device=dev) * 3).to(dtype)

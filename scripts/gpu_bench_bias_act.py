@@ -51,13 +51,13 @@ def main() -> int:
     import torch
 
     import multiact as ma
-    from multiact import registry
+    from multiact import registry, vocab
 
     cb = registry.module("cuda")
     dev, F = torch.device("cuda"), torch.nn.functional
     env = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "n": args.n}
     rows, copy_bw, failures, t_start = [], {}, [], time.time()
-    for dname in args.dtypes.split(","):
+    for dname in vocab.dtypes(args.dtypes.split(",")):  # any spelling multiact's commands take
         dtype = getattr(torch, dname)
         shapes = [("transformer", (max(1, args.n // HIDDEN), HIDDEN), -1),
                   ("NCHW", (max(1, args.n // (NCHW_C * NCHW_HW)), NCHW_C, 64, 64), 1)]

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import multiact as ma
-from multiact.optable import OPS, REQUIRED
+from multiact.optable import FLOAT_DTYPES, OPS, REQUIRED
 
 
 def _rss_mib() -> float:
@@ -39,11 +39,11 @@ def _mix(backends: list[str]):
     dtype, backend), each on one of 8 sizes up to 70K: call(i) runs entry i modulo the list."""
     rng = np.random.default_rng(0)
     sizes = (1, 7, 100, 1000, 4099, 20_000, 65_536, 70_000)
-    inputs = {(d, n): (rng.standard_normal(n) * 4).astype(d) for d in ("float16", "float32", "float64") for n in sizes}
+    inputs = {(d, n): (rng.standard_normal(n) * 4).astype(d) for d in FLOAT_DTYPES for n in sizes}
     entries = []
     for op in OPS:
         needs_params = any(q.default is REQUIRED for q in OPS[op].params)  # called with the defaults only
-        for dtype in ("float16", "float32", "float64"):
+        for dtype in FLOAT_DTYPES:
             for backend in backends:
                 for direction in ("forward", "backward"):
                     if needs_params or not ma.registry.module(backend).supports(op, direction, dtype):

@@ -24,7 +24,14 @@ ISA=${ISA_ARG%-simde}
 CC=${2:-gcc}
 shift $(( $# > 2 ? 2 : $# ))
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
-case $ISA in neon) ARCH=aarch64 ;; *) ARCH=x86_64 ;; esac
+# the ISA's architecture (multiact/vocab.py; the portable scalar ISA: this machine's); an unknown ISA stops here
+ARCH=$("$PY" - "$ISA" <<'PYEOF'
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("v", "multiact/vocab.py"); v = importlib.util.module_from_spec(spec)
+sys.modules["v"] = v; spec.loader.exec_module(v)
+print(v.isa(sys.argv[1]).arch or v.arch())
+PYEOF
+)
 STATIC=$([ "$ISA" = neon ] && echo -static || true)
 export HARNESS_BF16=${HARNESS_BF16:-$([ "$ISA" = neon ] && echo all || echo some)}
 SIMDE=""
@@ -77,6 +84,7 @@ spec = importlib.util.spec_from_file_location("k", "native/kernels.py"); k = imp
 sys.modules["k"] = k; spec.loader.exec_module(k)
 print(k.x_macro_header(*k.harness_selection("--sample" in sys.argv, os.environ["HARNESS_BF16"] == "all")))
 PYEOF
+    "$PY" native/kernels.py --isa-header > "$gen/ma_isa_list.h"  # the C runtime's ISA table (multiact/vocab.py)
     "$PY" native/tests/gen_harness_table.py "$ISA" "$ARCH" "$gen/harness_$ISA.h" $SAMPLE > /dev/null
     # one object per source, the ISA's kernels in the extension's parts (kernels.py PARTS; one unit for the
     # sample), compiled HARNESS_JOBS (default: the CPUs) at a time
@@ -104,7 +112,7 @@ PYEOF
 }
 
 up_to_date() {
-    [ -x "$OUT" ] && [ -z "$(find native/src native/tests native/kernels.py multiact/_opdefs.py multiact/optable.py scripts/test_native_harness.sh -newer "$OUT" \
+    [ -x "$OUT" ] && [ -z "$(find native/src native/tests native/kernels.py multiact/_opdefs.py multiact/vocab.py multiact/optable.py scripts/test_native_harness.sh -newer "$OUT" \
         -type f -print -quit)" ]
 }
 (

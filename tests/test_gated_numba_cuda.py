@@ -78,7 +78,7 @@ def _check(key: str, params: dict, gate, up, dy, y=None, dgate=None, dup=None) -
         kp["limit"] = float(np.float32(kp["limit"]))
     t = call.act.tol
     wide = replace(call.act, tol=replace(t, ulp32=t.ulp32 + 1, ulp64=t.ulp64 + 1, ulp16=t.ulp16 + 1))
-    g64, u64 = gated._clipped(gate.astype(np.float64), up.astype(np.float64), kp)
+    g64, u64 = gated.clipped(gate.astype(np.float64), up.astype(np.float64), kp)
     g = g64.astype(dtype)
     d64 = dy.astype(np.float64)
     checks = []

@@ -232,7 +232,7 @@ def test_exported_model_matches_the_reference(op, params, ndim, dtype):
     ref_y = gated.reference_forward(call.act, kp, gate, up)
     ref_dg, ref_du = gated.reference_backward(call.act, kp, dy, gate, up)
     with np.errstate(all="ignore"):
-        g64, u64 = gated._clipped(gate.astype(np.float64), up.astype(np.float64), kp)
+        g64, u64 = gated.clipped(gate.astype(np.float64), up.astype(np.float64), kp)
         dy64 = dy.astype(np.float64)
         g = g64.astype(dtype)
         checks = (("y", y, ref_y, "forward", g64 * u64), ("dgate", dgate, ref_dg, "backward", dy64 * u64),

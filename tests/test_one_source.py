@@ -58,7 +58,6 @@ ALLOWED = {
 # Whole modules whose name tests are allowed for now, with the reason.
 _CALL_PATH = "the call path, until the call-core rewrite (issue 41 item 1) lands"
 NAME_TESTS_ALLOWED = {
-    "multiact/dispatch.py": _CALL_PATH,
     "multiact/gated.py": _CALL_PATH,
     "multiact/fused_bias_act.py": _CALL_PATH,
     "multiact/dask_arrays.py": _CALL_PATH,
@@ -229,7 +228,7 @@ def test_the_scan_finds_name_tests_in_the_package_benchmarks_and_scripts(tmp_pat
     (tmp_path / "benchmarks" / "bench.py").write_text("K = 'gelu_tanh' if x else 'relu'\nok = key != 'tanh'\n")
     (tmp_path / "scripts" / "run.py").write_text(
         "PARAMS = {'threshold': {'threshold': 0.1, 'value': 0.0}}\ncase = {'beta': 1.0, 'threshold': 20.0}\n")
-    (tmp_path / "multiact" / "dispatch.py").write_text("x = op == 'prelu'\n")  # allowed for now
+    (tmp_path / "multiact" / "torch.py").write_text("x = op == 'prelu'\n")  # allowed for now
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
     assert _name_tests() == [
         "benchmarks/bench.py:2 (ok): compares with ['tanh']: key != 'tanh'",

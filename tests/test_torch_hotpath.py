@@ -12,7 +12,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import multiact as ma  # noqa: E402
 import multiact.torch as mt  # noqa: E402
-from multiact import dispatch  # noqa: E402
+from multiact import elementwise, hot  # noqa: E402
 from multiact.optable import OPS  # noqa: E402
 
 N = 64
@@ -94,7 +94,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c[0])
 def test_every_contract_error_cold_and_warm(case, warm):
     _, bad, exc, match = case
-    dispatch.clear_fast_caches()
+    hot.clear()
+    elementwise.clear_validated()
     if warm == "warm":
         _warm()
         _warm()
@@ -105,9 +106,10 @@ def test_every_contract_error_cold_and_warm(case, warm):
 
 def test_the_good_calls_fill_the_tensor_hot_path():
     """The warm half above means something only if tensors are cached under their torch dtype."""
-    dispatch.clear_fast_caches()
+    hot.clear()
+    elementwise.clear_validated()
     _warm()
-    keys = {k[:2] for op in ("relu", "gelu", "sigmoid") for k in dispatch.fast_cache(OPS[op])}
+    keys = {k[:2] for op in ("relu", "gelu", "sigmoid") for k in hot.cache(OPS[op].name)}
     assert {("forward", torch.float32), ("backward", torch.float32), ("backward_y", torch.bfloat16),
             ("forward", torch.bfloat16), ("backward", torch.float64)} <= keys
 
@@ -126,7 +128,8 @@ def _layouts():
 def test_warm_calls_equal_cold_calls_for_every_layout(dtype):
     for name, base in _layouts():
         x = base.to(dtype)
-        dispatch.clear_fast_caches()
+        hot.clear()
+        elementwise.clear_validated()
         cold = [ma.gelu(x, "tanh"), ma.gelu_grad(x, x, "tanh"), mt.gelu(x, "tanh")]
         for _ in range(2):
             warm = [ma.gelu(x, "tanh"), ma.gelu_grad(x, x, "tanh"), mt.gelu(x, "tanh")]
@@ -165,7 +168,8 @@ def test_a_tensor_that_requires_grad_is_read_not_recorded_by_ma():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 def test_mt_eager_path_forward_backward_and_second_order(dtype):
-    dispatch.clear_fast_caches()
+    hot.clear()
+    elementwise.clear_validated()
     x0 = torch.linspace(-3, 3, 50, dtype=dtype)
     kinds = []
     for _ in range(3):
@@ -238,11 +242,12 @@ def test_contiguous_tensors_reach_the_native_kernels_as_addresses(dtype):
     be, and equals the views' path bit for bit: forward, backward, mt's autograd, threads and empty tensors."""
     if not ma.registry.module("native").supports("gelu_tanh", "forward", str(dtype).replace("torch.", "")):
         pytest.skip("no native kernel for this dtype here")
-    dispatch.clear_fast_caches()
+    hot.clear()
+    elementwise.clear_validated()
     x = torch.linspace(-4, 4, 1000, dtype=dtype)
     g = torch.linspace(2, -2, 1000, dtype=dtype)
     cold = [ma.gelu(x, "tanh"), ma.gelu_grad(g, x, "tanh")]
-    hits = [h for k, h in dispatch.fast_cache(OPS["gelu"]).items() if k[1] is dtype]
+    hits = [h for k, h in hot.cache(OPS["gelu"].name).items() if k[1] is dtype]
     assert hits and all(h.at is not None for h in hits)
     for _ in range(2):
         warm = [ma.gelu(x, "tanh"), ma.gelu_grad(g, x, "tanh")]
@@ -261,7 +266,8 @@ def test_contiguous_tensors_reach_the_native_kernels_as_addresses(dtype):
     assert type(y.grad_fn).__name__ == "_EagerBackward"
     for n in (0, 1, 3):
         e = torch.linspace(-1, 1, n, dtype=dtype)
-        dispatch.clear_fast_caches()
+        hot.clear()
+        elementwise.clear_validated()
         c = ma.gelu(e, "tanh")
         for _ in range(2):
             assert torch.equal(ma.gelu(e, "tanh"), c)
@@ -284,7 +290,8 @@ def test_the_address_path_splits_large_calls_over_threads_like_the_views():
 
 def test_mt_computes_a_lazily_negated_tensor_cold_and_warm():
     """torch's own ops compute on a negative-bit view's value (ma's NumPy view refuses it: see CASES)."""
-    dispatch.clear_fast_caches()
+    hot.clear()
+    elementwise.clear_validated()
     for _ in range(3):
         v = torch._neg_view(_x())
         torch.testing.assert_close(mt.leaky_relu(v, 0.2), F.leaky_relu(-_x(), 0.2), rtol=0, atol=0)

@@ -16,7 +16,7 @@ import pytest
 from conftest import host_backends, require, supports
 
 import multiact as ma
-from multiact import dispatch
+from multiact import elementwise, hot
 from multiact.optable import OPS
 
 # None is the default dispatch (no backend=).
@@ -198,7 +198,8 @@ def _require(backend, dtype):
 
 
 def _clear():
-    dispatch.clear_fast_caches()
+    hot.clear()
+    elementwise.clear_validated()
 
 
 @pytest.mark.parametrize("warm", ["cold", "warm"])
@@ -220,7 +221,7 @@ def test_the_good_calls_fill_the_hot_path():
     _clear()
     for case in CASES:
         case.good(None)
-    filled = {op for op in OPS if dispatch.fast_cache(OPS[op])}
+    filled = {op for op in OPS if hot.cache(OPS[op].name)}
     assert {"relu", "gelu", "sigmoid", "leaky_relu", "tanh"} <= filled
 
 

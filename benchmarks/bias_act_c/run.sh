@@ -15,6 +15,7 @@ t, acts = sys.argv[1], sys.argv[2:]
 bias = ["bias_act_" + a for a in acts] + ["bias_act_" + a + "_grad" for a in acts]
 open(f"{t}/ma_kernel_list.h", "w").write(k.x_macro_header(frozenset(acts + bias), frozenset(acts + bias)))
 open(f"{t}/ma_kernel_decls.h", "w").write(k.declarations())
+open(f"{t}/ma_isa_list.h", "w").write(k.isa_header())
 with open(f"{t}/syms", "w") as f:
     for dt in ("f32", "f16"):
         for a in acts:

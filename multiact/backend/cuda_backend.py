@@ -59,6 +59,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from multiact import vocab
 from multiact._layout import coalesce
 from multiact.optable import BIAS_ACT_KEYS as _BIAS_ACT_KEYS
 from multiact.optable import DIRECTIONS as _DIRECTIONS
@@ -71,7 +72,7 @@ NAME = "cuda"
 PRIORITY = 50
 KINDS = ("cuda",)
 
-_DTYPES = ("float16", "float32", "float64")
+_DTYPES = tuple(d for d in vocab.DTYPE_NAMES if d != "bfloat16")  # kernels of their own; bfloat16 is staged
 _SIM_GRID, _SIM_BLOCK = 2, 32
 _BLOCK = 256
 _lock = threading.Lock()
@@ -609,7 +610,7 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     compute = _compute(key, direction, dtype)
     if _KEYS[key].defn.array_param and direction != "backward2":  # (prelu's f'' takes no weight: elementwise)
         return _channel_forward(key) if direction == "forward" else _channel_backward(key)
-    names = {"forward": ("x",), "backward_y": ("dy", "y"), "backward2": ("g", "dy", "x")}.get(direction, ("dy", "x"))
+    names = vocab.DIRECTIONS[direction].arrays
 
     def run(*args: Any) -> None:
         *arrays, out, p = args
@@ -1239,10 +1240,10 @@ def _weight_desc(w: Any, x: _Desc, axis: Any, op: str) -> tuple[_Desc, int, int,
         wshape, wdtype = host.shape, host.dtype
         dev = _upload(np.ascontiguousarray(host.reshape(-1), dtype=x.dtype), x.obj)
         wd = _Desc(dev)
-    from multiact.dispatch import prelu_axis
+    from multiact.checks import channel_axis
 
     ndim = len(x.shape)
-    axis = prelu_axis(op, x.shape, wshape, axis)
+    axis = channel_axis(op, x.shape, wshape, axis)
     if axis is None:
         return _view(wd, x.shape, [0] * ndim), 1, 0, wshape, wdtype
     size = math.prod(wshape)

@@ -1,10 +1,10 @@
 """The `native` backend: C kernels (scalar, AVX2+FMA+F16C, AVX-512 F+BW+DQ+VL, NEON) built by cffi into
 multiact._native.
 
-The ISA is chosen once per process: the best one this CPU (and, for AVX-512, the OS) runs, or
-MULTIACT_NATIVE_ISA (scalar|avx2|avx512|neon) to force one.  The kernel table is embedded in the extension (generated
-from native/kernels.py), so this module never guesses a symbol.  Calls release the GIL; large
-contiguous calls are split over a pthread pool (multiact.get_num_threads()); inputs that are
+The ISA is chosen once per process: the best one this CPU (and, for AVX-512, the OS) runs, in multiact.vocab's
+order of preference, or MULTIACT_NATIVE_ISA (scalar|avx2|avx512|neon) to force one.  The kernel table is embedded
+in the extension (generated from native/kernels.py), so this module never guesses a symbol.  Calls release the
+GIL; large contiguous calls are split over a pthread pool (multiact.get_num_threads()); inputs that are
 not contiguous in the same order as `out` are streamed through cache-sized blocks, so an
 in-place call never allocates a result-sized temporary.
 
@@ -24,15 +24,17 @@ from typing import Any
 
 import numpy as np
 
+from multiact import vocab
+
 NAME = "native"
 PRIORITY = 30
 KINDS = ("numpy",)
 
 ISA_ENV = "MULTIACT_NATIVE_ISA"
-_PREFERENCE = ("avx512", "avx2", "neon", "scalar")  # best first
+_PREFERENCE = tuple(vocab.ISAS)  # best first
 _BLOCK = 1 << 14
-_ELSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-_CTYPE = {"float32": "float[]", "float16": "uint16_t[]", "bfloat16": "uint16_t[]", "float64": "double[]"}
+_ELSIZE = {name: d.itemsize for name, d in vocab.DTYPES.items()}
+_CTYPE = {name: d.ctype + "[]" for name, d in vocab.DTYPES.items()}
 
 _state: dict[str, Any] = {}
 

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from multiact import vocab
 from multiact._config import get_num_threads
 from multiact._layout import coalesce, flat_views
 from multiact.dtypes import f32_bits_to_bf16, is_bf16, to_float32
@@ -61,7 +62,7 @@ KINDS = ("numpy",)
 
 _PAR_MIN = 1 << 16  # below this many elements the serial loop wins (no pool wake-up)
 _BLOCK = 1 << 16  # elements per buffered block (float16 / non-contiguous)
-_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_DTYPES = vocab.DTYPE_NAMES
 
 
 def _once(fn: Callable) -> Callable:
@@ -524,7 +525,7 @@ def _formulas(dtype: str):
     float64 against libm (mirroring the reference)."""
     from . import formulas, numba_math
 
-    jit = cpu_jit(contract=dtype == "float32")
+    jit = numba_math.cpu_jit(contract=dtype == "float32")
     if dtype == "float32":
         return formulas.build(jit, np.float32, numba_math.cpu())
     return formulas.build(jit, np.float64, formulas.libm(jit, np.float64))
@@ -697,17 +698,15 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool | 
     return njit(parallel=parallel, error_model="numpy", fastmath=fastmath, cache=cache)(ns[name])
 
 
-_ARITY = {"forward": 1, "backward": 2, "backward_y": 2, "backward2": 3}
-
-
 @_once
 def _loops(key: tuple[str, str, str]) -> _LoopPair:
     from . import formulas
 
     op, direction, dtype = key
     scalar = getattr(_formulas(dtype), formulas.TABLE[(op, direction)])
-    array = op in KEYS and KEYS[op].defn.array_param and direction != "backward2"  # prelu's weight operand
-    arity = _ARITY[direction] + (1 if array else 0)
+    # the direction's arrays, and prelu's weight (its f'' takes none)
+    array = op in KEYS and KEYS[op].defn.array_param and direction != "backward2"
+    arity = vocab.DIRECTIONS[direction].arity + (1 if array else 0)
     return _LoopPair(scalar, arity, f"{op}_{direction}_{dtype}")
 
 
@@ -791,11 +790,11 @@ def _gated_kernel(key: str, direction: str, dtype: str, wd: str) -> Callable:
 
 @_once
 def _gated_loops(key: tuple[str, str, str]) -> _LoopPair:
-    from . import formulas
+    from . import formulas, numba_math
 
     fam_key, direction, dtype = key
     # the family body fuses as its loop does (bias_act's z = x * s + b must not: see the tag below)
-    jit = cpu_jit(contract=dtype == "float32" and fam_key not in BIAS_ACT_KEYS)
+    jit = numba_math.cpu_jit(contract=dtype == "float32" and fam_key not in BIAS_ACT_KEYS)
     fam = formulas.build_family(jit, np.dtype(dtype).type, _formulas(dtype), fam_key)
     tag = f"{fam_key.replace(':', '_')}_{direction}_{dtype}"
     if fam_key in BIAS_ACT_KEYS:
@@ -804,20 +803,6 @@ def _gated_loops(key: tuple[str, str, str]) -> _LoopPair:
         tag += "_exact"
     arity = (_BIAS_ARITY if fam_key in BIAS_ACT_KEYS else _GATED_ARITY)[direction]
     return _LoopPair(getattr(fam, direction), arity, tag)
-
-
-def cpu_jit(contract: bool):
-    """The decorator of every function a loop calls (formulas, math, family bodies).
-
-    forceinline is LLVM's alwaysinline: the functions compile once each and LLVM inlines them into the
-    loop, which vectorises as before.  numba's own inline="always" copied and re-typed each callee's IR at
-    every call site, transitively (numba/numba#8989, NVIDIA/numba-cuda#688): a bias_act or gated loop took
-    10-25 s to compile, 2x the time this way.  Since an inlined function keeps its own instructions' flags,
-    `contract` (FMA fusion) is given here as the loop that calls it has it (float32 loops; see _make_loop).
-    """
-    from numba import njit
-
-    return njit(forceinline=True, error_model="numpy", fastmath={"contract"} if contract else False)
 
 
 def _gated_signature(nops: int, wdt) -> tuple:

@@ -443,11 +443,9 @@ _CPU: SimpleNamespace | None = None
 
 def cpu() -> SimpleNamespace:
     """The device functions compiled for the CPU (numba njit, inlined into callers by LLVM), with FMA
-    fusion as the float32 loops that call them (numba_backend.cpu_jit)."""
+    fusion as the float32 loops that call them (cpu_jit)."""
     global _CPU
     if _CPU is None:
-        from .numba_backend import cpu_jit
-
         casts = _cpu_bitcasts()
         ns = build(cpu_jit(contract=True), casts)
         # the formulas' fma: llvm.fma.f32 (one vfmadd where the CPU has FMA; issue 22's float64 emulation cost
@@ -464,3 +462,17 @@ def python() -> SimpleNamespace:
 
 
 __all__ = ["build", "cpu", "names", "python"]
+
+
+def cpu_jit(contract: bool):
+    """The decorator of every function a loop calls (formulas, math, family bodies).
+
+    forceinline is LLVM's alwaysinline: the functions compile once each and LLVM inlines them into the
+    loop, which vectorises as before.  numba's own inline="always" copied and re-typed each callee's IR at
+    every call site, transitively (numba/numba#8989, NVIDIA/numba-cuda#688): a bias_act or gated loop took
+    10-25 s to compile, 2x the time this way.  Since an inlined function keeps its own instructions' flags,
+    `contract` (FMA fusion) is given here as the loop that calls it has it (float32 loops; see _make_loop).
+    """
+    from numba import njit
+
+    return njit(forceinline=True, error_model="numpy", fastmath={"contract"} if contract else False)

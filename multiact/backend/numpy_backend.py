@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from multiact import vocab
 from multiact._layout import flat_views
 from multiact.dtypes import bf16_bits_to_f32, f32_bits_to_bf16, is_bf16, to_float32
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, in_float32
@@ -36,7 +37,7 @@ def info() -> dict:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
-    if dtype not in ("float16", "bfloat16", "float32", "float64"):
+    if dtype not in vocab.DTYPES:
         return False
     if key in BIAS_ACT_KEYS and direction == "backward_y":  # linear, or an activation with a y form
         return BIAS_ACT_KEYS[key][2] == "linear" or BIAS_ACT_KEYS[key][1].backward_y is not None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TextIO, TypeVar
 
 T = TypeVar("T")
@@ -95,3 +95,20 @@ def fmt(v: float | None, digits: int = 3) -> str:
     if abs(v) >= 10 ** digits:
         return f"{v:.0f}"
     return f"{v:.{digits}g}"
+
+
+def worst_table(rows_: Sequence[Any], fields: Callable[[Any], tuple[str, str, str, float]],
+                cell: Callable[[Any], str]) -> str:
+    """A README table: per op (and kernel key) and direction (forward / backward / from y) the row with the
+    largest error over every ISA, dy and input, shown as cell(row); fields(row) is (op, case, direction, ulp)."""
+    best: dict[tuple[str, str], Any] = {}
+    for r in rows_:
+        op, case, direction, ulp = fields(r)
+        key = (op if case in ("defaults", "axis=0") else f"{op} ({case})", direction.split()[0])
+        if key not in best or ulp > fields(best[key])[3]:
+            best[key] = r
+    lines = ["| op | forward | backward | from y |", "| --- | --- | --- | --- |"]
+    for label in dict.fromkeys(label for label, _ in best):
+        cells = [cell(best[(label, d)]) if (label, d) in best else "-" for d in ("forward", "backward", "backward_y")]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from .. import vocab
 from ._report import fmt, progress, table
 
 
@@ -51,6 +52,17 @@ def _many(values: list[list[str]] | None) -> list[str] | None:
     return None if not values else [v for group in values for v in group]
 
 
+def _dtype_names(values: list[list[str]] | None) -> list[list[str]] | None:
+    """--dtype as every command reads it: each spelling (multiact.vocab: float32, f32, fp32...) as its dtype's
+    name, each once; ValueError naming the valid dtypes for any other."""
+    return None if not values else [vocab.dtypes(_many(values) or [])]
+
+
+# What --dtype takes (every command the same), for the help.
+_DTYPE_HELP = (", ".join(vocab.DTYPE_NAMES) + " (also "
+               + ", ".join(s for d in vocab.DTYPES.values() for s in d.spellings[1:]) + ")")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="multiact", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", metavar="{info,check,bench,demo}")
@@ -64,8 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="backends (default: all available)")
     check.add_argument("--op", action="append", type=_csv, metavar="OP[,OP]", help="ops (default: all)")
     check.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]",
-                       help="float16, float32, float64; bfloat16: every one of its 65,536 inputs for every op, "
-                       "case and direction on the host backends that claim it")
+                       help=f"{_DTYPE_HELP}; bfloat16: every one of its 65,536 inputs for every op, case and "
+                       "direction on the host backends that claim it (default: NumPy's own, "
+                       f"{', '.join(vocab.NUMPY_DTYPES)})")
     check.add_argument("--json", metavar="FILE", help="write the full report as JSON to FILE ('-': stdout)")
     check.add_argument("--full", action="store_true", help="one table row per op, case, direction and dtype")
     check.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -75,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                        "runs in one pass (about two hours on two Zen 3 cores for scalar and AVX2; --journal to resume)")
     sweep.add_argument("--dense", action="store_true", help="float32 sweep of the non-default parameters (2^24 points)")
     sweep.add_argument("--subset", action="store_true", help="float32 sweep of every 4096th input (the CI subset)")
-    check.add_argument("--isa", help="with a sweep: the native ISA (scalar, avx2, neon; --exhaustive: a list)")
+    check.add_argument("--isa", help=f"with a sweep: the native ISA ({', '.join(vocab.ISAS)}; --exhaustive: a list)")
     check.add_argument("--serve", action="store_true",
                        help="with --subset/--dense --isa ISA: an ISA this machine cannot run, its kernels computed "
                        "by its C harness (neon: under qemu-aarch64 -cpu max; needs aarch64-linux-gnu-gcc, "
@@ -96,8 +109,8 @@ def _parser() -> argparse.ArgumentParser:
                        "multiact.torch.<op> on CPU tensors against torch's own functions, forward and "
                        "forward_backward (autograd)")
     bench.add_argument("--dtype", action="append", type=_csv, metavar="D[,D]",
-                       help="float16, bfloat16 (NumPy's via ml_dtypes, torch's with --framework torch), float32, "
-                       "float64 (default float32)")
+                       help=f"{_DTYPE_HELP}; bfloat16 NumPy arrays come from ml_dtypes, torch's with --framework "
+                       "torch (default float32)")
     bench.add_argument("--size", action="append", type=_csv, metavar="N[,N]", help="elements; K=1024, M=1024^2 "
                        "(default 1K,64K,1M,16M)")
     bench.add_argument("--threads", action="append", type=_csv, metavar="T[,T]",
@@ -154,6 +167,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.serve and not (args.dense or args.subset):
         # a served ISA runs at emulation speed (NEON's gelu under qemu: about 1M points/s): sweeps only
         raise SystemExit("multiact check: --serve goes with --subset or --dense")
+    args.dtype = _dtype_names(args.dtype)  # every spelling as its name, for the sweeps too
     if args.exhaustive:
         from . import exhaustive
 
@@ -343,7 +357,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         raise ValueError(f"--resample must be 0 or more, got {args.resample}")
     if not 0 < args.max_spread:
         raise ValueError(f"--max-spread must be a positive percentage, got {args.max_spread}")
-    dtypes = _many(args.dtype) or ["float32"]
+    dtypes = _many(_dtype_names(args.dtype)) or ["float32"]
     directions = _many(args.direction) or (["forward", "forward_backward"] if torch_mode else ["forward", "backward"])
     modes = ("alloc", "out") if args.out else ("alloc",)
     peer_names = _many(args.peers)
@@ -361,9 +375,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise ValueError(f"--framework torch needs torch: {peers.available('torch')[1]}")
     else:
         for dt in dtypes:
-            if dt not in ("float16", "bfloat16", "float32", "float64"):
-                raise ValueError(f"unknown dtype {dt!r}; valid dtypes: float16, bfloat16, float32, float64")
-            if dt == "bfloat16":
+            if vocab.DTYPES[dt].needs:
                 from .. import dtypes as _dtypes
 
                 _dtypes.bfloat16  # noqa: B018 - imports ml_dtypes (np.dtype("bfloat16") needs it), or says how

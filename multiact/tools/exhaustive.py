@@ -29,6 +29,7 @@ import numpy as np
 
 from .. import consistency as C
 from ..optable import OPS
+from . import _report
 from . import accuracy as A
 
 CHUNK = 1 << 16  # points per kernel call: the float64 arrays of one chunk stay in L2
@@ -322,26 +323,9 @@ def crosscheck(ops: Sequence[str] | None = None, stride: int = 1 << 16) -> list[
     return out
 
 
-def worst_table(rows_: Sequence[Any], fields: Callable[[Any], tuple[str, str, str, float]],
-                cell: Callable[[Any], str]) -> str:
-    """A README table: per op (and kernel key) and direction (forward / backward / from y) the row with the
-    largest error over every ISA, dy and input, shown as cell(row); fields(row) is (op, case, direction, ulp)."""
-    best: dict[tuple[str, str], Any] = {}
-    for r in rows_:
-        op, case, direction, ulp = fields(r)
-        key = (op if case in ("defaults", "axis=0") else f"{op} ({case})", direction.split()[0])
-        if key not in best or ulp > fields(best[key])[3]:
-            best[key] = r
-    lines = ["| op | forward | backward | from y |", "| --- | --- | --- | --- |"]
-    for label in dict.fromkeys(label for label, _ in best):
-        cells = [cell(best[(label, d)]) if (label, d) in best else "-" for d in ("forward", "backward", "backward_y")]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 def summary(rows_: Sequence[A.Stats]) -> str:
     """The README's table: the largest error in float32 ulp, with the x where it was found from 3 ulp up."""
-    return worst_table(rows_, lambda s: (s.op, s.case, s.direction, s.max_ulp),
+    return _report.worst_table(rows_, lambda s: (s.op, s.case, s.direction, s.max_ulp),
                        lambda s: f"{s.max_ulp:.3g}" + (f" (x = {s.worst_x:.4g})" if s.max_ulp >= 3 else "")
                        + ("" if s.passed else " FAILS"))
 

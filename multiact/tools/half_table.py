@@ -90,7 +90,7 @@ def rows(ops: Sequence[str] | None, isas: Sequence[str]) -> list[dict[str, Any]]
 
 def render(table: Sequence[dict[str, Any]]) -> str:
     """Per op (and kernel key) the largest error in float16 ulps over every ISA, dy and input."""
-    from .exhaustive import worst_table
+    from ._report import worst_table
 
     return worst_table(table, lambda r: (r["op"], r["case"], r["direction"], r["max_ulp"]),
                        lambda r: f"{r['max_ulp']:.3g}" + (f" ({r['over_1']} over 1)" if r["over_1"] else "")

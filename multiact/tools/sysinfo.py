@@ -18,13 +18,11 @@ import sys
 import textwrap
 from typing import Any
 
+from .. import vocab
+
 # SIMD features multiact's kernels choose between, per architecture (names as /proc/cpuinfo spells them;
-# on aarch64 "asimd" is NEON and "asimdhp" its FP16 arithmetic).
-SIMD_FLAGS = {
-    "x86_64": ("sse4_2", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512_bf16",
-               "avx512_fp16"),
-    "aarch64": ("asimd", "asimdhp", "fphp", "bf16", "sve", "sve2"),
-}
+# multiact.vocab's ARCHES, which hold the flags each ISA needs).
+SIMD_FLAGS = {a.name: a.flags for a in vocab.ARCHES.values()}
 
 # AMD family -> (first model, last model, microarchitecture), as Linux's arch/x86/kernel/cpu/amd.c
 # (bsp_init_amd) sorts them; "Zen 1" there includes Zen+. Family 23 = 0x17, 25 = 0x19, 26 = 0x1a.
@@ -65,8 +63,7 @@ def cpu() -> dict[str, Any]:
     `identity` is what tells this project's machines apart (see `identity()`); `summary` is its one line,
     the line every benchmark header carries.
     """
-    machine = platform.machine().lower()
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+    arch = vocab.arch()
     out: dict[str, Any] = {"arch": arch, "model": platform.processor() or "unknown", "logical_cpus": os.cpu_count()}
     try:
         out["usable_cpus"] = len(os.sched_getaffinity(0))
@@ -130,7 +127,7 @@ def identity(fields: dict[str, str] | None = None, arch: str | None = None, llvm
             arch = platform.machine().lower()
     if arch is None:
         arch = "aarch64" if "CPU implementer" in fields else "x86_64" if "vendor_id" in fields else "unknown"
-    arch = {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+    arch = vocab.arch(arch)
     have = set((fields.get("flags") or fields.get("Features") or "").split())
     out: dict[str, Any] = {"vendor": "unknown", "family": None, "model": None, "stepping": None,
                            "model_name": fields.get("model name") or fields.get("Hardware") or "unknown",
@@ -289,15 +286,15 @@ def default_choice() -> dict[str, str]:
     import multiact as ma
 
     out = {}
-    dts: list[Any] = ["float16", "float32", "float64"]
-    if importlib.util.find_spec("ml_dtypes") is not None:  # bfloat16 NumPy arrays (multiact[bf16])
-        dts.insert(1, ma.dtypes.bfloat16)
-    for dt in dts:
+    for name, d in vocab.DTYPES.items():
+        if d.needs:  # bfloat16 NumPy arrays come from ml_dtypes (multiact[bf16]), which names it to NumPy
+            if importlib.util.find_spec(d.needs) is None:
+                continue
+            importlib.import_module(d.needs)
         try:
-            name = np.dtype(dt).name
-            out[name] = ma.explain("gelu", np.zeros(1, dt)).splitlines()[0].split("->")[-1].strip()
+            out[name] = ma.explain("gelu", np.zeros(1, name)).splitlines()[0].split("->")[-1].strip()
         except Exception as e:
-            out[np.dtype(dt).name] = f"none ({type(e).__name__}: {e})"
+            out[name] = f"none ({type(e).__name__}: {e})"
     return out
 
 

@@ -14,11 +14,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import vocab
 from . import bench as B
 from . import peers as P
 
 DIRECTIONS = ("forward", "forward_backward")
-DTYPES = ("float16", "float32", "float64", "bfloat16")
 IMPLS = ("ma.f(t)", "mt.f(t)")
 
 
@@ -27,9 +27,7 @@ def check(directions: Sequence[str], dtypes: Sequence[str], modes: Sequence[str]
     for d in directions:
         if d not in DIRECTIONS:
             raise ValueError(f"--framework torch times --direction {' or '.join(DIRECTIONS)}, got {d!r}")
-    for dt in dtypes:
-        if dt not in DTYPES:
-            raise ValueError(f"unknown dtype {dt!r}; valid dtypes with --framework torch: {', '.join(DTYPES)}")
+    vocab.dtypes(dtypes)  # torch has every dtype: an unknown spelling is a ValueError naming the valid ones
     if "out" in modes:
         raise ValueError("--framework torch times allocating calls only (autograd allocates); drop --out")
 

@@ -62,6 +62,8 @@ void ma_parallel_for(size_t nchunks, ma_chunk_fn body, void *ctx, int nthreads);
  * n x cost is below ma_get_parallel_min(), else a few per thread. */
 size_t ma_chunks_for(size_t n, unsigned cost, int nthreads);
 int ma_isa_supported(const char *isa);
+/* The ISAs this runtime knows, best first, separated by spaces (multiact/vocab.py's, through ma_isa_list.h). */
+const char *ma_isa_names(void);
 /* Why this machine cannot run isa's kernels ("" when it can: CPU features, and for avx512 the OS state). */
 const char *ma_isa_why(const char *isa);
 /* The avx512 decision from CPUID leaf 1 ECX, leaf 7 EBX and XCR0 ("" when they allow it); any architecture. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ma_half.h"
+#include "ma_isa_list.h"
 #include "ma_native.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -100,22 +101,53 @@ void ma_bf16_cvt_register(size_t (*check)(uint32_t, uint32_t, uint32_t *)) {
     ma_set_bf16_cvt(1);
 }
 
-/* Why this machine cannot run the kernels of isa ("" when it can). */
-const char *ma_isa_why(const char *isa) {
-    if (strcmp(isa, "scalar") == 0) return "";
+/* The ISA table: which ISAs there are, their names and order (best first) come from the vocabulary
+ * (multiact/vocab.py, generated into ma_isa_list.h as MA_ISA(name, architecture)); each ISA's test of this
+ * machine is isa_<name>_why below, on its own architecture ("" when this machine runs it).  An ISA of
+ * another architecture has no test here (NULL): it does not run. */
+static const char *isa_scalar_why(void) { return ""; }
+#define MA_ON_any(test) test
 #if defined(__x86_64__)
-    if (strcmp(isa, "avx2") == 0) return x86_avx2() ? "" : "the CPU lacks AVX2, FMA or F16C";
-    if (strcmp(isa, "avx512") == 0) return x86_avx512_why();
+static const char *isa_avx2_why(void) { return x86_avx2() ? "" : "the CPU lacks AVX2, FMA or F16C"; }
+static const char *isa_avx512_why(void) { return x86_avx512_why(); }
+#define MA_ON_x86_64(test) test
+#else
+#define MA_ON_x86_64(test) NULL
 #endif
 #if defined(__aarch64__)
-    if (strcmp(isa, "neon") == 0) {
+static const char *isa_neon_why(void) {
 #if defined(__linux__)
-        return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0 ? "" : "the CPU lacks Advanced SIMD (HWCAP_ASIMD)";
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMD) != 0 ? "" : "the CPU lacks Advanced SIMD (HWCAP_ASIMD)";
 #else
-        return ""; /* Advanced SIMD is part of every ARMv8-A */
+    return ""; /* Advanced SIMD is part of every ARMv8-A */
 #endif
-    }
+}
+#define MA_ON_aarch64(test) test
+#else
+#define MA_ON_aarch64(test) NULL
 #endif
+
+static const struct {
+    const char *name;
+    const char *(*why)(void);
+} isas[] = {
+#define MA_ISA(name, arch) {#name, MA_ON_##arch(isa_##name##_why)},
+    MA_ISA_LIST
+#undef MA_ISA
+};
+
+const char *ma_isa_names(void) {
+    return ""
+#define MA_ISA(name, arch) " " #name
+        MA_ISA_LIST
+#undef MA_ISA
+        + 1;
+}
+
+/* Why this machine cannot run the kernels of isa ("" when it can). */
+const char *ma_isa_why(const char *isa) {
+    for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++)
+        if (strcmp(isa, isas[i].name) == 0 && isas[i].why) return isas[i].why();
     return "not an ISA of this architecture";
 }
 

@@ -1,0 +1,82 @@
+"""The call core: one routine carries out every family's plan, for every array kind.
+
+run(plan): the backend name, masked arrays, the one array kind of the call, then its executor:
+- host arrays (NumPy, torch CPU tensors, lists, floats): NumPy views go to a CPU backend's kernel and the
+  results come back in the caller's kind;
+- device arrays (CUDA, NPU): handed as they are to the backend that owns their kind, which allocates in kind;
+- Dask arrays: multiact.dask_arrays runs the plan blockwise, each chunk a plan of its own.
+Every check happens before the kernel runs, so bad input never leaves a half-written `out`.  A plain call
+whose plan names a cache is remembered there for the hot path (multiact.hot), which makes the same checks.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from . import checks, executors
+from .plan import Plan
+
+
+def run(plan: Plan) -> Any:
+    """Carry out one call."""
+    checks.check_backend(plan.fn, plan.backend)
+    dests = plan.family.outs(plan)
+    if checks.masked(*plan.arrays.values(), *dests):
+        return _masked(plan, dests)
+    kind = checks.same_kind(plan.fn, {**plan.arrays, **_dest_names(dests)}, plan.family.join_dask)
+    if kind == "dask":
+        from . import dask_arrays  # only once a Dask array is met (it imports dask)
+
+        return dask_arrays.run(plan, dests)
+    if kind != "numpy":
+        return executors.device(plan, kind, dests)
+    return executors.host(plan, dests)
+
+
+def _dest_names(dests: tuple) -> dict[str, Any]:
+    if len(dests) == 1:
+        return {"out": dests[0]}
+    return {f"out[{i}]": d for i, d in enumerate(dests)}
+
+
+# ---- masked arrays ---------------------------------------------------------------------------------
+
+
+def _masked(plan: Plan, dests: tuple) -> Any:
+    """Masked arrays, as NumPy's ufuncs treat them: computed on the data, the result masked where any input
+    is; a sum (a parameter gradient) adds the unmasked elements only.  A family whose results do not line up
+    with its inputs element for element refuses them (its `masked` text says what to do instead)."""
+    refusal = getattr(plan.family, "masked", None)
+    if refusal:
+        raise TypeError(f"{plan.fn}: {refusal}")
+    mam = sys.modules["numpy.ma"]
+    data = {n: None if a is None else mam.getdata(a) for n, a in plan.arrays.items()}
+    out = None if plan.out is None else mam.getdata(plan.out)
+    sub = Plan(plan.fn, plan.what, plan.key, plan.direction, plan.p, data, out, plan.backend, plan.family,
+               plan.state)
+    # one dtype and shape before the masks meet
+    job = plan.family.host(sub, checks.host_arrays(plan.fn, data, plan.family.optional))
+    mask = _union_mask(mam, plan.arrays)
+    if not any(r is not None and r.kernel for r in job.results):  # a sum: the masked elements add nothing
+        if mask is not mam.nomask:
+            sub.arrays = {n: None if a is None else np.where(mask, 0, a) for n, a in data.items()}
+        return executors.host(sub, ())
+    res = executors.host(sub, () if out is None else (out,))
+    if plan.out is None:
+        return mam.MaskedArray(res, mask=mask)
+    if isinstance(plan.out, mam.MaskedArray):
+        plan.out.mask = mask
+    return plan.out
+
+
+def _union_mask(mam: Any, named: dict) -> Any:
+    """The union of the inputs' masks (after the call checked that their shapes agree)."""
+    mask = mam.nomask
+    for a in named.values():
+        m = mam.getmask(a)
+        if m is not mam.nomask:
+            mask = np.logical_or(mask, m) if mask is not mam.nomask else np.array(m, copy=True)
+    return mask
