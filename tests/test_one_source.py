@@ -55,18 +55,8 @@ ALLOWED = {
     ("scripts/accuracy_f64.py", "_mp_forms"): "the smooth ops' exact forms in mpmath (an independent reference)",
 }
 
-# Whole modules whose name tests are allowed for now, with the reason.
-_CALL_PATH = "the call path, until the call-core rewrite (issue 41 item 1) lands"
-NAME_TESTS_ALLOWED = {
-    "multiact/gated.py": _CALL_PATH,
-    "multiact/fused_bias_act.py": _CALL_PATH,
-    "multiact/dask_arrays.py": _CALL_PATH,
-    "multiact/api.py": _CALL_PATH,
-    "multiact/torch.py": _CALL_PATH,
-    "multiact/_torch_func.py": _CALL_PATH,
-    "multiact/_arrays.py": _CALL_PATH,
-    "multiact/registry.py": _CALL_PATH,
-}
+# Whole modules whose name tests are allowed, with the reason (none: every rule is the op's own).
+NAME_TESTS_ALLOWED: dict[str, str] = {}
 
 
 def _op_names(node: ast.AST) -> set[str]:
@@ -228,8 +218,9 @@ def test_the_scan_finds_name_tests_in_the_package_benchmarks_and_scripts(tmp_pat
     (tmp_path / "benchmarks" / "bench.py").write_text("K = 'gelu_tanh' if x else 'relu'\nok = key != 'tanh'\n")
     (tmp_path / "scripts" / "run.py").write_text(
         "PARAMS = {'threshold': {'threshold': 0.1, 'value': 0.0}}\ncase = {'beta': 1.0, 'threshold': 20.0}\n")
-    (tmp_path / "multiact" / "torch.py").write_text("x = op == 'prelu'\n")  # allowed for now
+    (tmp_path / "multiact" / "legacy.py").write_text("x = op == 'prelu'\n")  # an allowed module
     monkeypatch.setattr(__import__(__name__), "ROOT", tmp_path)
+    monkeypatch.setattr(__import__(__name__), "NAME_TESTS_ALLOWED", {"multiact/legacy.py": "a test's allowance"})
     assert _name_tests() == [
         "benchmarks/bench.py:2 (ok): compares with ['tanh']: key != 'tanh'",
         "multiact/bad.py:2 (fwd): compares with ['prelu']: op == 'prelu'",
