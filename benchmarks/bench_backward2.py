@@ -29,8 +29,8 @@ OPS = {"silu": {}, "gelu": {}, "gelu_tanh": {"approximate": "tanh"}, "mish": {},
 
 
 def _cpu() -> str:
-    """The one-line CPU identity every benchmark header carries (multiact.tools.sysinfo)."""
-    from multiact.tools.sysinfo import cpu
+    """The one-line CPU identity every benchmark header carries (multiact.cli.sysinfo)."""
+    from multiact.cli.sysinfo import cpu
 
     return cpu()["summary"]
 

@@ -1,7 +1,7 @@
 """native bfloat16 against native float16 and torch bfloat16: 16M elements, 1 thread, into preallocated outputs.
 
 The issue's floor (18): native bf16 at most 1.1x native float16 on every op, forward and backward, and faster
-than torch's bf16 kernels (multiact.tools.peers' torch table: aten's out= forms where torch has them, else the
+than torch's bf16 kernels (multiact.cli.peers' torch table: aten's out= forms where torch has them, else the
 allocating call, marked "alloc").  Every op of the table with a native bf16 kernel, at its default parameters
 (prelu: one weight, 0.25), forward, backward and the y-form where there is one.  Rounds interleave the three
 (each round times every variant once, in a rotated order); the median per variant and the ratios of medians
@@ -27,14 +27,14 @@ import numpy as np
 
 from multiact import consistency as C
 from multiact import registry, set_num_threads
+from multiact.cli import peers
 from multiact.dtypes import bf16_dtype, f32_bits_to_bf16
 from multiact.optable import OPS
-from multiact.tools import peers
 
 
 def _cpu() -> str:
-    """The one-line CPU identity every benchmark header carries (multiact.tools.sysinfo)."""
-    from multiact.tools.sysinfo import cpu
+    """The one-line CPU identity every benchmark header carries (multiact.cli.sysinfo)."""
+    from multiact.cli.sysinfo import cpu
 
     return cpu()["summary"]
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_composite.py [--threads 1,2] [--quick] [--samples N] [--json F]
 
 Rows (float32 and float16, out= preallocated, implementations interleaved by
-`multiact.tools.bench.time_interleaved`, medians of the samples, ratios in one run):
+`multiact.cli.bench.time_interleaved`, medians of the samples, ratios in one run):
 - swiglu / geglu / reglu forward at [8192, 2*4096] and at 16M outputs: `ma.<op>(x, out=y)` on each host
   backend that has the kernel, against `torch.mul(F.silu(a), b, out=y)` (a, b the halves, views),
   and `ma.silu(a_contiguous, out=y)` with a read of b (the three streams the fused op moves);
@@ -26,8 +26,8 @@ from statistics import median
 import numpy as np
 
 import multiact as ma
-from multiact.tools import sysinfo
-from multiact.tools.bench import host_backends, time_interleaved
+from multiact.cli import sysinfo
+from multiact.cli.bench import host_backends, time_interleaved
 
 
 def _med(samples):

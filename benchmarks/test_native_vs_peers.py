@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import multiact as ma
+from multiact.cli import peers
 from multiact.optable import KEYS
-from multiact.tools import peers
 
 N_BIG = 1 << 24
 PARAMS: dict[str, dict] = {"threshold": {"threshold": 0.1, "value": 0.0}}  # the ops without defaults
@@ -42,7 +42,7 @@ def native_fn(op: str, x: np.ndarray, out: np.ndarray, grad: bool = False) -> Ca
 
 
 def _peer_fn(peer: str, op: str, x: np.ndarray, out: np.ndarray, grad: bool) -> Callable[[], object] | None:
-    """The peer (multiact.tools.peers: the op's definition's torch spelling, ONNX Runtime's own node) writing
+    """The peer (multiact.cli.peers: the op's definition's torch spelling, ONNX Runtime's own node) writing
     into `out` where it has an out= form, else allocating and copying."""
     name, kw = _ma_call(op, grad)
     params = KEYS[op].validate(kw)
@@ -119,7 +119,7 @@ def table(n: int, grad: bool, rounds: int = 7) -> None:
     x = (np.random.default_rng(0).standard_normal(n) * 3).astype(np.float32)
     out = np.empty_like(x)
     impls = ["native", "torch", "copy"] + ([] if grad else ["onnxruntime"])
-    from multiact.tools import bench
+    from multiact.cli import bench
 
     print(bench.header())  # the CPU these figures are measured on
     print(f"n={n} threads={ma.get_num_threads()} {'backward' if grad else 'forward'}: ns/element (median, min)")

@@ -144,7 +144,7 @@ class Verdict:
 # / alpha, x^2 / 2, k x, beta x rounded to the compute precision costs cond(x) eps relative in the tail) is no longer
 # allowed (issue 19): float32 on these backends' elementwise kernels, per op, where the tails carry the argument's
 # rounding error (native C, numba) or evaluate in float64 (numpy), measured within 4 ulp on the subset and dense
-# sweeps (`multiact check --subset|--dense`, benchmarks/results/accuracy-f32-*) and passing the shared suite without
+# sweeps (`multiact check --subset|--dense`, results/accuracy-f32-*) and passing the shared suite without
 # it (native softplus since its z = beta x carries its rounding error: it was 7.9 ulp at beta = 0.3, x = -100 in the
 # suite, 61 at x = -214).  Still allowed: float64 everywhere (libm on the rounded float64 argument); the cuda
 # backend's float32 formulas (the same pairs, but over libdevice's expf/erfcf: not re-verified on a GPU); onnxruntime

@@ -206,7 +206,7 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
       threshold >= 20; float16 also elu and tanh), elsewhere a composite of primitive nodes in float32,
       in float64 only where float32 cannot meet the contract (gelu's forward, tanhshrink).  Cost: each
       node is a pass over the tensor in ONNX Runtime, which does not fuse them, so a composite runs
-      several times slower than a built-in operator (benchmarks/results/onnx-export-x86-2core.txt);
+      several times slower than a built-in operator (results/onnx-export-x86-2core.txt);
       `deviations()` says why each op is not one node.
       "runtime": ORT's own operators regardless (Gelu, Sigmoid, Elu, Selu, Celu, HardSwish, Mish,
       Softsign, Shrink, PRelu, ...; silu/swish/fast_gelu as x * Sigmoid(k x)): the fastest graph, with the

@@ -260,7 +260,7 @@ class OpTable(dict):
     each op's parameters with their defaults, its y-form and extras."""
 
     def __repr__(self) -> str:
-        from .tools._report import table
+        from .cli._report import table
 
         rows = [[s.signature(), s.y_form_text(), s.extras()] for s in self.values()]
         head = f"{len(self)} ops; ma.ops()[name] is the OpSpec; y-form: the backward may start from the output y\n"
@@ -274,7 +274,7 @@ class OpTable(dict):
 
 _LINEAR = Tolerance(ulp32=1, ulp64=1, ulp16=1)
 _EXP_FROM_Y = Tolerance(y_atol=2)
-# selu, over all 65,536 bfloat16 inputs (tests/results/bf16-exhaustive.txt): within the default 0.1% share of
+# selu, over all 65,536 bfloat16 inputs (results/bf16-exhaustive.txt): within the default 0.1% share of
 # one-ulp results since every backend (a) holds scale * alpha as hi + lo in the y-form (dy * (y + sa) cancels
 # where ~25,000 saturated inputs share y = -sa: 0.40% one ulp off with sa in float32) and (b) keeps the side of
 # the exact value where x or y < 0 is too small to change e^x - 1, e^x or y + sa in float32 (scale * alpha *

@@ -8,7 +8,7 @@ elements, multiact against torch.  Times are CUDA-event medians.  Writes
 gpu-bench.json and gpu-bench.md to --out.  Each op is guarded: one failure
 is recorded and the run goes on.
 
-    python scripts/gpu_bench.py --out benchmarks/results [--n 268435456] [--ops relu,gelu]
+    python scripts/gpu_bench.py --out results [--n 268435456] [--ops relu,gelu]
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ PARAMS = {"threshold": {"threshold": 0.1, "value": 0.0}}
 
 def _torch_baselines(torch):
     """(forward, backward) per op: PyTorch's own CUDA kernels (the op's definition's torch spelling, through
-    multiact.tools.peers); the backward None where torch has no kernel; where torch's backward starts from y
+    multiact.cli.peers); the backward None where torch has no kernel; where torch's backward starts from y
     (sigmoid, tanh) it is timed from y = op(x), as autograd does.  The ops torch has no function for are left out."""
+    from multiact.cli import peers
     from multiact.optable import OPS
-    from multiact.tools import peers
 
     base = {}
     for op in OPS:
@@ -74,7 +74,7 @@ def _overhead_us(torch, fn, calls: int = 2000) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "results")
     ap.add_argument("--n", type=int, default=1 << 28)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ops", default="")

@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=1_000_000)
     ap.add_argument("--large", type=int, default=1000)
     a = ap.parse_args()
-    from multiact.tools import sysinfo
+    from multiact.cli import sysinfo
 
     print(f"CPU: {sysinfo.summary()}")  # the CPU these figures are measured on
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "

@@ -105,7 +105,7 @@ def _wide32(spec) -> bool:
     derivative crosses zero away from a kink: Tolerance.bwd_atol) and those with a scaled exponential argument
     (Tolerance.cond: celu's x / alpha, softplus's beta * x), whose float32 formulas round that argument before
     the exponential and cancel in the tails: up to ~180 ulp off (gelu near x = -12, celu alpha=0.3 62, issue 19).
-    The other smooth ops are within 4 ulp in float32 (benchmarks/results/accuracy-f32-subset-numpy.txt) and
+    The other smooth ops are within 4 ulp in float32 (results/accuracy-f32-subset-numpy.txt) and
     1.1-4.7x slower in float64, so stay there, except where NumPy's float32 math is SVML's (`_svml32`)."""
     return not spec.exact and (_SVML32 or spec.tol.bwd_atol > 0 or spec.tol.cond is not None)
 
