@@ -22,6 +22,7 @@ from .fused_bias_act import FUNCTIONS as _BIAS_ACT
 from .gated import FUNCTIONS as _GATED
 from .onnx_export import to_onnx
 from .optable import OpSpec
+from .quant import Quant, dequantize, quantize
 from .registry import BackendInfo, backends, use
 from .vocab import DIRECTIONS as _DIRECTIONS
 
@@ -71,8 +72,8 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 
 
 __all__ = [
-    "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "backward2", "explain", "forward",
-    "register_op",
+    "BackendError", "BackendInfo", "OpSpec", "Quant", "YFormError", "backends", "backward", "backward2", "dequantize",
+    "explain", "forward", "quantize", "register_op",
     "get_num_threads", "ops", "param_grad", "param_grad2", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
     *sorted(_GATED), *sorted(_BIAS_ACT),
 ]
