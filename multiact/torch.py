@@ -1041,7 +1041,7 @@ def _apply_gated(cdef: CompositeDef, x: Any, up: Any, given: dict, extra: dict, 
 def _gated_signature(cdef: CompositeDef) -> tuple[str, str, str]:
     """(multiact.<name>'s parameters after x without out=, the module's after self, the own-parameter dict)."""
     sig = inspect.signature(gated.FUNCTIONS[cdef.name])
-    params = [p for p in sig.parameters.values() if p.name not in ("x", "out")]
+    params = [p for p in sig.parameters.values() if p.name not in ("x", "out", "quant")]  # quant: not in mt yet
     fn = str(sig.replace(parameters=params))[1:-1]
     mod = str(sig.replace(parameters=[p for p in params if p.name != "up"]))[1:-1]
     return fn, mod, "{" + ", ".join(f"{p.name!r}: {p.name}" for p in cdef.params) + "}"

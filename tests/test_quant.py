@@ -213,3 +213,22 @@ def test_torch_tensors_give_torch_float8():
         back = ma.dequantize(c, s, q)
         assert isinstance(back, torch.Tensor)
         np.testing.assert_array_equal(back.numpy(), ma.dequantize(cn, sn, q))
+
+
+def test_the_fused_families_quantize_their_float32_result():
+    """quant= on a gated op and on bias_act is quantize() of the op on the input widened to float32, bit for
+    bit; out= with quant= and a quant that is not a Quant are refused by name."""
+    x = np.linspace(-3, 3, 128, dtype=np.float32).astype(np.float16).reshape(2, 64)
+    b = np.linspace(-1, 1, 64).astype(np.float16)
+    q = ma.Quant("float8_e4m3fn", "group", group_size=32)
+    for got, want in ((ma.swiglu(x, quant=q), ma.swiglu(x.astype(np.float32))),
+                      (ma.geglu(x, approximate="tanh", quant=q), ma.geglu(x.astype(np.float32), approximate="tanh")),
+                      (ma.bias_act(x, b, "gelu", quant=q), ma.bias_act(x.astype(np.float32), b.astype(np.float32),
+                                                                         "gelu"))):
+        codes, scale = ma.quantize(want, q)
+        np.testing.assert_array_equal(got[0].view(np.uint8), codes.view(np.uint8))
+        np.testing.assert_array_equal(got[1], scale)
+    with pytest.raises(TypeError, match=r"swiglu\(\): out= cannot be combined with quant="):
+        ma.swiglu(x, quant=q, out=np.empty((2, 32), np.float16))
+    with pytest.raises(TypeError, match=r"bias_act\(\): quant must be a multiact.Quant"):
+        ma.bias_act(x, b, quant="int8")
