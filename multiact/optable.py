@@ -29,7 +29,7 @@ from ._opdefs import (
 )
 
 __all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FAMILY_KEYS", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef",
-           "OpSpec", "OpTable", "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
+           "OpSpec", "OpTable", "Param", "Tolerance", "get", "in_float32", "register", "unregister", "value_key"]
 
 
 FLOAT_DTYPES = vocab.NUMPY_DTYPES  # the suite's dtypes: NumPy's own (bfloat16 arrays need ml_dtypes)
@@ -377,6 +377,21 @@ def register(spec: OpSpec) -> OpSpec:
     if composable(spec.defn):  # the composite ops (glu's act=) take it at once
         FAMILY_KEYS.update({f.key(k): (f, spec, k) for f in FAMILIES.values() for k in spec.keys})
         BIAS_ACT_KEYS.update({BIAS_ACT.key(k): (BIAS_ACT, spec, k) for k in spec.keys})
+    return spec
+
+
+def unregister(name: str) -> OpSpec:
+    """Take an op that `register` added out of the table again (its kernel keys and composite kernels with it);
+    returns its spec.  ValueError for an op of the definitions or an unknown one.  Its public functions and
+    kernels are the caller's to take out (`multiact.register_op` does, when one of them is refused)."""
+    if name in DEFINITIONS or name not in OPS:
+        raise ValueError(f"unregister(): {name!r} is not an op added with register()")
+    spec = OPS.pop(name)
+    for k in spec.keys:
+        del KEYS[k]
+    for table in (FAMILY_KEYS, BIAS_ACT_KEYS):
+        for k in [k for k, (_, s, _) in table.items() if s is spec]:
+            del table[k]
     return spec
 
 

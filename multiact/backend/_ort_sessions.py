@@ -26,6 +26,8 @@ from multiact._layout import flat_views
 from multiact._opdefs import GATED
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS, value_key
 
+from . import onnx_graphs
+
 DTYPES = ("float16", "float32")
 _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the cache without bound
 # NoopElimination drops an Add of a constant 0, but -0.0 + 0.0 is +0.0 (elu's y + alpha at alpha = 0)
@@ -47,18 +49,13 @@ def session_options(threads: int) -> Any:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
-    if key in FAMILY_KEYS:  # gated:<act>: forward and backward graphs of every activation
-        return is_gated(key) and dtype in DTYPES and direction in ("forward", "backward")
-    if key in BIAS_ACT_KEYS:  # bias_act:<act>: the same, on (outer, C, inner) arrays
-        return dtype in DTYPES and direction in ("forward", "backward")
-    spec = KEYS.get(key)
-    if spec is None or dtype not in DTYPES:
-        return False
-    if direction == "backward_y":
-        return spec.backward_y is not None
-    if direction == "param_grad":
-        return spec.param_grad is not None
-    return direction in ("forward", "backward")
+    """Where onnx_graphs has the graphs (an op registered without them falls through)."""
+    hit = FAMILY_KEYS.get(key) or BIAS_ACT_KEYS.get(key)
+    if hit is not None:  # gated:<act>, bias_act:<act>: the activation's forward and backward graphs
+        fam, _, act = hit
+        return (fam is GATED or key in BIAS_ACT_KEYS) and dtype in DTYPES and direction in ("forward", "backward") \
+            and all((act, d) in onnx_graphs.GRAPHS for d in ("forward", "backward"))
+    return dtype in DTYPES and onnx_graphs.has(key, direction)
 
 
 def is_gated(key: str) -> bool:
@@ -128,10 +125,17 @@ class Runner:
         self._providers = providers
         self._sessions: OrderedDict[tuple, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        onnx_graphs.on_change(self.forget)
 
     def clear(self) -> None:
         with self._lock:
             self._sessions.clear()
+
+    def forget(self, name: str) -> None:
+        """Drop the sessions of op or kernel key `name` and of the composite kernels on it (its graphs changed)."""
+        with self._lock:
+            for k in [k for k in self._sessions if name in (k[0], k[0].split(":", 1)[-1])]:
+                del self._sessions[k]
 
     def session_count(self) -> int:
         return len(self._sessions)

@@ -14,6 +14,11 @@ operators under accuracy="contract" (`BUILTIN_OK`) and which compute in float64 
 `F64_BACKWARD`) are measured (ONNX Runtime 1.32's CPU kernels); tests/test_onnx_export.py and
 tests/test_onnx_contract.py measure them again.  The gated and bias_act kernels are the activation's graphs
 on the gate (times up) or on x * scale + b.  `onnx` is imported lazily.
+
+An op added at run time (`multiact.register_op`) brings its bodies with `register(key, direction, body)`, the
+public form of `@_graph`; `unregister(key)` takes them out again, and `on_change(fn)` subscribes the session
+caches of the backends that run them.  Such a graph computes in float32 for float16 and float32 data (the
+measured sets above name only the built-in ops); a body that needs more casts inside.
 """
 
 from __future__ import annotations
@@ -262,6 +267,80 @@ def _runtime(*keys: str) -> Callable[[Callable], Callable]:
         return f
 
     return deco
+
+
+_ADDED: set[tuple[str, str]] = set()  # the (kernel key, direction) bodies register() added
+_LISTENERS: list[Callable[[str], None]] = []
+
+
+def on_change(fn: Callable[[str], None]) -> Callable[[str], None]:
+    """Call fn(name) with a kernel key and its op's name whenever `register` or `unregister` changes that key's
+    graphs (the session caches of the onnxruntime and ascend backends subscribe here); returns fn."""
+    _LISTENERS.append(fn)
+    return fn
+
+
+def has(key: str, direction: str) -> bool:
+    """Whether kernel key `key` has a graph in `direction` (backward_y: its own, or the backward's for an op whose
+    y-form is "same")."""
+    spec = KEYS.get(key)
+    if spec is None or not spec.has(direction):
+        return False
+    if direction == "backward_y" and spec.defn.y_form == "same":
+        direction = "backward"
+    return (key, direction) in GRAPHS
+
+
+def register(key: str, direction: str, body: Callable[..., str] | None = None) -> Any:
+    """Add the graph body of kernel key `key` in `direction` at run time: the public form of `@_graph((key,
+    direction))`, for an op added with `multiact.register_op` (which calls this for its `graphs=`).  Without
+    body, a decorator.  Returns body.
+
+    body is written as the bodies here are (see the module's docstring): forward `body(g, x, p, w)`, backward
+    `body(g, dy, x, p, w)`, backward_y `body(g, dy, y, p)`, param_grad `body(g, dy, x, p, axis, ndim)`, on the
+    `Graph` g, returning the result's graph value.  It runs on the onnxruntime and ascend backends and in
+    `multiact.to_onnx` as soon as it is registered.  ValueError for an unknown kernel key, a direction the op
+    does not have (backward_y where its y-form is "same": the backward's graph runs on y), or one with a body."""
+    if body is None:
+        return lambda fn: register(key, direction, fn)
+    spec = KEYS.get(key)
+    where = f"onnx_graphs.register({key!r}, {direction!r})"
+    if spec is None:
+        raise ValueError(f"{where}: unknown kernel key; add the op first (multiact.register_op)")
+    if not spec.has(direction) or (direction == "backward_y" and spec.defn.y_form == "same"):
+        raise ValueError(f"{where}: {spec.name} has no {direction} graph of its own (its definition and references "
+                         "say which directions it has; a y-form 'same' runs the backward's graph on y)")
+    if (key, direction) in GRAPHS:
+        raise ValueError(f"{where}: it has a graph already")
+    if not callable(body):
+        raise TypeError(f"{where}: a graph body is a function, got {type(body).__name__}")
+    GRAPHS[(key, direction)] = body
+    _ADDED.add((key, direction))
+    _changed(key)
+    return body
+
+
+def unregister(key: str) -> None:
+    """Take out every body `register` added for kernel key `key` (built-in graphs stay; none is no error)."""
+    added = {k for k in _ADDED if k[0] == key}
+    if not added:
+        return
+    for k in added:
+        del GRAPHS[k]
+    _ADDED.difference_update(added)
+    _changed(key)
+
+
+def _changed(key: str) -> None:
+    """Tell the subscribed session caches (by the key and its op's name: sessions are made per op), and the
+    registry (its choices read each backend's supports())."""
+    from multiact import registry
+
+    names = {key} | ({KEYS[key].name} if key in KEYS else set())
+    for fn in list(_LISTENERS):
+        for n in names:
+            fn(n)
+    registry.clear_cache()
 
 
 def forward(g: Graph, key: str, x: str, p: dict, w: str | None = None) -> str:
