@@ -182,14 +182,16 @@ def supports(key: str, direction: str, dtype: str) -> bool:
         return (dtype in _DTYPES or dtype == "bfloat16") and (key, direction) in _F.TABLE
     if dtype == "bfloat16":  # staged through float32 (module docstring): the elementwise kernels
         return key in _KEYS and not _KEYS[key].defn.array_param and \
-            direction in ("forward", "backward", "backward_y") and _KEYS[key].has(direction)
+            direction in ("forward", "backward", "backward_y") and _KEYS[key].has(direction) and \
+            (key, direction) in _F.TABLE
     if dtype not in _DTYPES:
         return False
     if key in _FAMILY_KEYS:
         return direction in _FAMILY_IO and _F.family_formulas(key) is not None
     if key in _BIAS_ACT_KEYS:
         return _bias_supports(key, direction)
-    return key in _KEYS and _KEYS[key].has(direction)
+    return key in _KEYS and _KEYS[key].has(direction) and (key, direction) in _F.TABLE  # an op added at run time:
+    # only where it brought its formulas
 
 
 # ---- arrays of the caller's kind ---------------------------------------------------------------------------
@@ -736,6 +738,12 @@ def _family_formulas(key: str, compute: str):
 
     t = np.float64 if compute == "float64" else np.float32
     return _F.build_family(cuda.jit(device=True, inline="always"), t, _formulas(compute), key)
+
+
+@_F.on_change
+def _forget_families(key: str) -> None:
+    """A key's formulas changed (an op added or removed at run time): its families' device functions go too."""
+    _family_formulas.cache_clear()
 
 
 def _family_source(nin: int, nout: int, contiguous: bool) -> str:
