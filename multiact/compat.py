@@ -6,6 +6,14 @@
 - `fused_bias_leaky_relu` (+ `_grad`): CANN's FusedBiasLeakyRelu, bias of x's shape, slope 0.2, scale sqrt(2).
 - `bias_gelu`, `fast_gelu`: ONNX Runtime's contrib BiasGelu (exact gelu of x + bias, bias along the last
   axis) and FastGelu (the tanh approximation, bias optional).
+
+Quantized outputs, each library's own convention (multiact's contract is `ma.Quant` / `ma.quantize`):
+- vLLM: `vllm_silu_and_mul_quant` (static per-tensor FP8 SwiGLU, times the inverted scale),
+  `vllm_scaled_fp8_quant` (static, dynamic per tensor, per token with its scale floor and `scale_ub`),
+  `vllm_per_token_group_quant_fp8` (groups of 128, eps, UE8M0), `vllm_scaled_int8_quant` (with the azp form).
+- NVIDIA Transformer Engine: `te_scale_from_amax` (scale = qmax / amax), `te_cast_to_fp8` (codes and scale_inv).
+- Huawei CANN: `cann_swi_glu_quant` (int8 per row), `cann_gelu_quant` (static scale and offset, or dynamic);
+  torch_npu: `npu_dequant_swiglu_quant` (int32 in, dequantized, SwiGLU, int8 out).
 """
 
 from __future__ import annotations
@@ -259,7 +267,8 @@ def vllm_silu_and_mul_quant(input: Any, scale: Any, *, backend: str | None = Non
     - `fmaxf(-448, fminf(x, 448))`, then `__nv_cvt_float_to_fp8(r, __NV_SATFINITE, __NV_E4M3)` (nearest even).
 
     Differences from `ma.swiglu(x, quant=ma.Quant("float8_e4m3fn", "tensor", scale=s))`, the contract:
-    - the value quantized is the T-rounded product, not the float32 one (for a float16/bfloat16 input);
+    - the value quantized is the T-rounded product, not the float32 one (for a float16/bfloat16 input; a
+      float16 product beyond 65504 is inf in T, hence +-448 whatever the scale);
     - multiplying by fl(1/s) instead of dividing by s: the float32 quotients differ in their last bit for about
       a quarter of the elements (measured on every bfloat16 value over 200 random scales), but a float8 code
       differs only where the exact quotient sits on a rounding midpoint of the format, e.g. 10.9375 with scale
@@ -632,7 +641,8 @@ def cann_swi_glu_quant(x: Any, smooth_scales: Any = None, offsets: Any = None, g
     row gets scale inf (the contract: 1); a -inf gate is NaN in x / (1 + exp(-x)).  NaN and inf: on the NPU the
     vector unit's max and casts decide, not checked on hardware: here a NaN propagates to its row's amax (scale
     NaN, all codes 0), an inf makes the scale 0 (finite values 0, the inf NaN, code 0).  Ascend 950's kernel
-    (op_kernel/arch35) floors the amax at 1e-8; the A2/A3 kernel followed here does not."""
+    (op_kernel/arch35) floors the amax at 1e-8; the A2/A3 kernel followed here does not.  int8 output only
+    (dst_type int4, aclnnSwiGluQuantV2, is not built)."""
     fn = "cann_swi_glu_quant()"
     a = _host(fn, "x", x)
     left = _flag(fn, "activate_left", activate_left)
@@ -749,7 +759,8 @@ def npu_dequant_swiglu_quant(x: Any, *, weight_scale: Any = None, activation_sca
       codes `Cast(.., CAST_RINT)` of value * multiplier to int16, then float16, then int8;
     - static (quant_mode=0): codes of value / quant_scale + quant_offset (per channel, (H,)), or value *
       fl(1 / quant_scale) + quant_offset (one value: the kernel's `quant_scale = 1 / quantScaleGm.GetValue(0)`),
-      quant_offset 0 when not given; the scale output is zeros (as the golden model's);
+      quant_offset 0 when not given (and read only with quant_scale); the scale output is zeros (as the golden
+      model's);
     - group_index (count mode: tokens per group, dynamic only) picks each group's row of weight_scale and
       quant_scale; rows past the groups' sum are left unwritten on the NPU (zeros here).
     Differences from the contract (`ma.swiglu(.., quant=ma.Quant("int8", "token"))` on the dequantized values):
@@ -826,6 +837,8 @@ def npu_dequant_swiglu_quant(x: Any, *, weight_scale: Any = None, activation_sca
                 else:
                     raise ValueError(f"{fn}: quant_scale has {qs.size} values; expected 1 or {h} (static mode)")
             if off is not None:
+                if quant_scale is None:
+                    raise ValueError(f"{fn}: quant_offset applies with quant_scale (the kernel reads it only then)")
                 if off.size not in (1, h):
                     raise ValueError(f"{fn}: quant_offset has {off.size} values; expected 1 or {h}")
                 y = (y + off).astype(np.float32)

@@ -342,7 +342,7 @@ def test_vllm_ue8m0_log2f_rounds_down_just_above_a_power_of_two():
                 ys = np.nextafter(ys, F32(np.inf))
             lg = F32(math.log2(float(ys)))
             kept += int(math.ceil(float(lg)) == e)
-    assert kept > 0  # how many of the 320 scales just above a power of two keep 2^e (reported in the docs)
+    assert kept == 98  # of the 320 scales 1 to 8 ulps above 2^e, 98 keep 2^e (the docs quote this count)
 
 
 # ==== vLLM: int8 (static, dynamic, azp) ========================================================================
@@ -465,7 +465,7 @@ def test_te_cast_to_fp8(name):
         diff_codes += np.count_nonzero(f8_values(q) != f8_values(qc))
         n += w.size
         assert np.abs(float(sinv) / float(sc) - 1) < 2.5e-7
-    assert diff_scale > 0 and diff_codes < 0.001 * n
+    assert 0.1 < diff_scale / 300 < 0.5 and diff_codes < 0.001 * n  # about a quarter; codes: none seen
     # torch in, torch out
     qt, st, at = compat.te_cast_to_fp8(torch.from_numpy(v[1:]).bfloat16(), 4.0, name)
     assert qt.dtype == getattr(torch, name) and st.dtype == torch.float32 and at.dtype == torch.float32
@@ -712,6 +712,8 @@ BAD = [
     (lambda: compat.npu_dequant_swiglu_quant(XI, weight_scale=np.ones(8, np.float32), group_index=[2]),
      ValueError, r"group_index takes the dynamic mode only"),
     (lambda: compat.npu_dequant_swiglu_quant(np.ones((2, 8), np.int64)), TypeError, r"x must have a float16"),
+    (lambda: compat.npu_dequant_swiglu_quant(XI, weight_scale=np.ones(8, np.float32), quant_offset=[1.0]),
+     ValueError, r"quant_offset applies with quant_scale"),
     (lambda: compat.npu_dequant_swiglu_quant(XI, weight_scale=np.ones(8, np.float32), bias=np.ones(3, np.int32)),
      ValueError, r"bias has shape \(3,\); expected \(8,\)"),
 ]
@@ -801,3 +803,30 @@ def test_torch_tensors_give_the_numpy_results(name, tdt):
         assert (a is None) == (b is None)
         if a is not None:
             assert isinstance(a, torch.Tensor) and same(_np(a), _np(b))
+
+
+def test_the_counts_the_docs_quote():
+    """docs/fused-gated.md's "against the contract" counts, on this seeded sample: the same activation values on
+    both sides (multiact's), so only the quantization conventions differ."""
+    rng = np.random.default_rng(7)
+    for name in ("float8_e4m3fn", "float8_e5m2"):
+        ds = dc = 0
+        for _ in range(2000):
+            w = (rng.standard_normal(256) * rng.uniform(1e-3, 1e3)).astype(np.float32)
+            q, sinv, _ = compat.te_cast_to_fp8(w, None, name)
+            qc, sc = ma.quantize(w, ma.Quant(name, "tensor"))
+            ds += int(float(sinv) != float(sc))
+            dc += np.count_nonzero(f8_values(q) != f8_values(qc))
+        assert 400 < ds < 700 and dc == 0, (name, ds, dc)  # "about a quarter"; no code in 512,000
+    w = (rng.standard_normal((20000, 64)) * 3).astype(np.float32)
+    qv, sv, _ = compat.vllm_scaled_int8_quant(w)
+    qc, sc = ma.quantize(w, ma.Quant("int8", "token"))
+    assert same(sv, sc) and np.count_nonzero(qv != qc) == 2  # ties only: 2 in 1.28 million
+    yo, so = compat.cann_gelu_quant(w)
+    qg, sg = ma.quantize(ma.gelu(w), ma.Quant("int8", "token"))
+    assert 0.2 < np.count_nonzero(so != sg[:, 0]) / len(so) < 0.4 and np.count_nonzero(yo != qg) <= 2
+    x = (rng.standard_normal((20000, 128)) * 3).astype(np.float32)
+    yc, sc = ma.swiglu(x, quant=ma.Quant("int8", "token"))
+    ys, _ = compat.cann_swi_glu_quant(x, activate_left=True)
+    yn, sn = compat.npu_dequant_swiglu_quant(x, activate_left=True, quant_mode=1)
+    assert np.count_nonzero(ys != yc) == 0 and np.count_nonzero(yn != yc) == 0 and same(sn, sc[:, 0])
