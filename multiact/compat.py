@@ -100,6 +100,13 @@ def fast_gelu(x: Any, bias: Any = None, **kw: Any) -> Any:
 # NaN at -inf (x / (1 + exp(-x)) is -inf / inf there), that NaN is kept, since the anchor's quantizer then acts
 # on it.  docs/fused-gated.md ("Quantized outputs") tabulates the conventions and their differences from the
 # contract; tests/test_compat_quant.py checks each against the anchor's formula written out independently.
+#
+# Sources and line numbers (the snapshots read): vLLM: vllm-project/vllm's csrc/quantization/activation_kernels.cu
+# (bcf9083), w8a8/fp8/common.cuh (c66faec), common.cu (cda1b34), per_token_group_quant.cu (e3b7e36),
+# w8a8/int8/scaled_quant.cu (b686480), utils.cuh (5a6541d); line numbers as in the local-inference-lab/vllm mirror
+# at 28be48f, whose lines quoted here are the same (per_token_group_quant.cu there under csrc/libtorch_stable/).
+# Transformer Engine: NVIDIA/TransformerEngine at d0067d0.  CANN ops-nn: the jbgztxdy/ops-nn mirror at fd1956f
+# (ops-nn lives on gitcode.com/cann/ops-nn).  torch_npu: Ascend/op-plugin at 517f2e7.
 
 _F8_MAX = {"float8_e4m3fn": 448.0, "float8_e5m2": 57344.0}  # OCP FP8's largest finite values
 
@@ -169,6 +176,16 @@ def _positive(fn: str, name: str, v: Any, *, zero_ok: bool = False) -> np.float3
     if not (np.isfinite(f) and (f > 0 or (zero_ok and f == 0))):
         raise ValueError(f"{fn}: {name} must be {'non-negative' if zero_ok else 'positive'} and finite (as float32), "
                          f"got {v!r}")
+    return f
+
+
+def _real(fn: str, name: str, v: Any) -> np.float32:
+    """A real, finite parameter as float32."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+        raise TypeError(f"{fn}: {name} must be a real number, got {type(v).__name__}")
+    f = np.float32(v)
+    if not np.isfinite(f):
+        raise ValueError(f"{fn}: {name} must be finite (as float32), got {v!r}")
     return f
 
 
@@ -258,13 +275,14 @@ def vllm_silu_and_mul_quant(input: Any, scale: Any, *, backend: str | None = Non
     scale)`, here returning `(out, scale)`.  input (..., 2d): silu of the first half times the second half,
     quantized to float8_e4m3fn with the given float32 scale (dequantize: code * scale).
 
-    As vLLM computes it (csrc/quantization/activation_kernels.cu, `act_and_mul_quant_kernel` and `silu_kernel`;
-    csrc/quantization/w8a8/fp8/common.cuh, `scaled_fp8_conversion<true>`), for a float16 or bfloat16 input T:
-    - `silu_kernel<T>` returns T: silu(x) computed in float32 is rounded to T; `ACT_FN(x) * y` is T * T, whose
-      exact product is rounded to T again (c10's Half/BFloat16 operator*);
-    - `float inverted_scale = 1 / *scale;` then `x = val * scale` (is_scale_inverted): the value is multiplied
-      by the float32 reciprocal of the scale, not divided by the scale;
-    - `fmaxf(-448, fminf(x, 448))`, then `__nv_cvt_float_to_fp8(r, __NV_SATFINITE, __NV_E4M3)` (nearest even).
+    As vLLM computes it, for a float16 or bfloat16 input T:
+    - activation_kernels.cu:42, `silu_kernel<T>`: `return (T)(((float)x) / (1.0f + expf((float)-x)));`: silu in
+      float32, rounded to T; lines 98 and 111, `ACT_FN(x) * y`: T * T, its exact product rounded to T again
+      (c10's Half/BFloat16 operator*);
+    - line 82, `float inverted_scale = 1 / *scale;`, and w8a8/fp8/common.cuh:45, `x = val * scale;`
+      (is_scale_inverted): the value is multiplied by the float32 reciprocal of the scale, not divided by it;
+    - common.cuh:51, `fmaxf(-quant_type_max_v<fp8_type>, fminf(x, quant_type_max_v<fp8_type>))`, then line 55's
+      conversion, nvidia/quant_utils.cuh:29 `__nv_cvt_float_to_fp8(a, __NV_SATFINITE, fp8_type)` (nearest even).
 
     Differences from `ma.swiglu(x, quant=ma.Quant("float8_e4m3fn", "tensor", scale=s))`, the contract:
     - the value quantized is the T-rounded product, not the float32 one (for a float16/bfloat16 input; a
@@ -276,8 +294,8 @@ def vllm_silu_and_mul_quant(input: Any, scale: Any, *, backend: str | None = Non
       1.5625001 rounds up to 1.625;
     - NaN becomes +448 (fminf(NaN, 448) is 448), where the contract keeps NaN; +-inf become +-448 in both;
     - silu(-inf) is NaN in vLLM's formula x / (1 + exp(-x)), so a -inf gate gives +448 too.
-    vLLM's kernel takes float16 and bfloat16 only; a float32 input here is computed as its template would be
-    with scalar_t = float (no intermediate rounding), float64 rounded once to float32 first."""
+    vLLM's kernel takes float16 and bfloat16 only (activation_kernels.cu:591); a float32 input here is computed
+    as its template would be with scalar_t = float (no intermediate rounding), float64 rounded once first."""
     fn = "vllm_silu_and_mul_quant()"
     x = _host(fn, "input", input)
     s = _positive(fn, "scale", scale)
@@ -306,18 +324,20 @@ def vllm_scaled_fp8_quant(input: Any, scale: Any = None, scale_ub: Any = None,
     """vLLM's FP8 quantization of an activation, `vllm._custom_ops.scaled_fp8_quant(input, scale, scale_ub=...,
     use_per_token_if_dynamic=...)`: `(output, scale)`, float8_e4m3fn codes and float32 scales (code * scale).
 
-    Three conventions, each as vLLM's kernels compute it (csrc/quantization/w8a8/fp8/common.cu, common.cuh;
-    csrc/quantization/utils.cuh):
-    - static per-tensor (`scale` given; `static_scaled_fp8_quant`): `1.0f / scale` once, then every value times
-      that reciprocal (`scaled_fp8_conversion<true>`), `fmaxf(-448, fminf(x, 448))`, satfinite cast;
-    - dynamic per-tensor (`dynamic_scaled_fp8_quant`): scale = max over rows of (row amax / 448), the amax folded
-      with fmaxf from 0 (a NaN element is skipped); then as static, times `1.0f / scale`.  An all-zero tensor
-      gets scale 0: 0 * inf is NaN, which the clamp turns into +448, so its codes are all 448 (dequantized: 0);
-    - dynamic per-token (`use_per_token_if_dynamic=True`; `dynamic_per_token_scaled_fp8_quant_kernel_strided`):
-      per row, amax folded with fmaxf from 0, capped at `scale_ub` (`fminf(block_max, *scale_ub)`), scale =
-      `fmaxf(amax / 448, min_scaling_factor)` with the floor 1 / (448 * 512) (utils.cuh,
-      `min_scaling_factor<c10::Float8_e4m3fn>::val()`); codes are value / scale (`scaled_fp8_conversion<false>`:
-      divided here, not multiplied), clamped, satfinite cast; scales of shape input.shape[:-1] + (1,).
+    Three conventions, each as vLLM's kernels compute it (vllm/_custom_ops.py:1905 picks the kernel):
+    - static per-tensor (`scale` given): w8a8/fp8/common.cu:33 `return 1.0f / scale[...]` once, then every value
+      times that reciprocal (`scaled_fp8_conversion<true>`, common.cuh:45), `fmaxf(-448, fminf(x, 448))`
+      (common.cuh:51), satfinite cast;
+    - dynamic per-tensor: common.cu:99 `thread_max = fmaxf(thread_max, v)` from 0 (a NaN element is skipped),
+      line 115 `atomicMaxFloat(scale, cache[0] / quant_type_max_v<fp8_type>)`: the largest row amax / 448; line
+      130 `const float reciprocal_scale = 1.0f / (*scale);` then as static.  An all-zero tensor gets scale 0:
+      0 * inf is NaN, which the clamp turns into +448, so its codes are all 448 (dequantized: 0);
+    - dynamic per-token (`use_per_token_if_dynamic=True`): common.cu:157 the row's amax folded with fmaxf from
+      0, lines 167-168 `token_scale = scale_ub ? fminf(block_max, *scale_ub) : block_max; token_scale =
+      fmaxf(token_scale / quant_type_max_v<fp8_type>, min_scaling_factor<fp8_type>::val());` with utils.cuh:50
+      `return 1.0f / (quant_type_max_v<T> * 512.0f);`, then line 178 `scaled_fp8_conversion<false, ...>`: the
+      value divided by the scale (not multiplied), clamped, satfinite cast.  Scales (M, 1) for a 2-d input
+      (_custom_ops.py:1961; vLLM takes 2-d inputs only, line 1947: here more axes keep their leading shape).
     Differences from the contract: static and dynamic per-tensor multiply by the reciprocal
     (see `vllm_silu_and_mul_quant`); the per-token form equals `ma.quantize(y, ma.Quant("float8_e4m3fn", "token",
     scale_ub=scale_ub, amax_floor=1 / 512))` bit for bit on finite rows (a floor of 1/512 on amax gives the same
@@ -363,13 +383,16 @@ def vllm_per_token_group_quant_fp8(x: Any, group_size: int = 128, eps: float = 1
     `per_token_group_quant_fp8(x, group_size, eps=1e-10, use_ue8m0=...)` on CUDA: `(x_q, x_s)`, float8_e4m3fn codes
     and float32 scales of shape x.shape[:-1] + (x.shape[-1] // group_size,).
 
-    As csrc/quantization/w8a8/fp8/per_token_group_quant.cu's `per_token_group_quant_8bit_kernel` computes it
-    (called with eps=1e-10 by vLLM's `dynamic_group_quant_fp8`):
-    - `float local_absmax = eps;` then `fmaxf(local_absmax, fabsf(v))` over the group: eps floors the amax and a
-      NaN element is skipped;
-    - `y_s = local_absmax / max_8bit` (float32); with UE8M0, `y_s = exp2f(ceilf(log2f(fmaxf(fabsf(y_s),
-      1e-10f))))`: a power of two;
-    - `fminf(fmaxf(v / y_s, -448), 448)` (divided), then the __nv_fp8_e4m3 constructor (satfinite, nearest even).
+    As csrc/quantization/w8a8/fp8/per_token_group_quant.cu's `per_token_group_quant_8bit_kernel` computes it (vLLM's
+    `per_token_group_quant_fp8`, model_executor/layers/quantization/utils/fp8_utils.py:510, eps=1e-10, calls it
+    on CUDA for a contiguous x, line 578; its Triton fallback, line 144, computes `_absmax * (1.0 / fp8_max)`,
+    which can differ in the scale's last bit):
+    - line 32 `float local_absmax = eps;`, line 39 `local_absmax = fmaxf(local_absmax, abs_v);`: eps floors the
+      amax and a NaN element is skipped;
+    - line 53 `float y_s = local_absmax / max_8bit;`; with UE8M0, line 55 `y_s =
+      exp2f(ceilf(log2f(fmaxf(fabsf(y_s), 1e-10f))));`: a power of two;
+    - lines 70-71 `float q = fminf(fmaxf(static_cast<float>(src) / y_s, min_8bit), max_8bit); dst =
+      DST_DTYPE(q);` (divided), DST_DTYPE __nv_fp8_e4m3 (line 241): satfinite, nearest even.
     Differences from `ma.quantize(y, ma.Quant("float8_e4m3fn", "group", group_size=g, amax_floor=eps,
     pow2=use_ue8m0))`, the contract: none on finite groups without UE8M0.  With UE8M0: (1) the power of two comes
     from a float32 log2f, which rounds log2 of a scale a few ulps above 2^k down to exactly k, so vLLM keeps 2^k
@@ -412,17 +435,18 @@ def vllm_scaled_int8_quant(input: Any, scale: Any = None, azp: Any = None,
     symmetric=True)`: `(output, scale, azp)`, int8 codes, float32 scales and int32 zero points (None when
     symmetric); dequantize: (code - azp) * scale.
 
-    As csrc/quantization/w8a8/int8/scaled_quant.cu computes it (CUDA path: PTX's saturating conversions, a NaN
-    converts to 0):
-    - static symmetric (`static_scaled_int8_quant_kernel`): `cvt.rni.sat.s8.f32(v / scale)` (divided);
-    - static with `azp` (`static_scaled_int8_azp_quant_kernel`): `inv_s = 1.0f / scale`, then
-      `cvt.sat.s8.s32(cvt.rni.sat.s32.f32(v * inv_s) + azp)` (multiplied by the reciprocal);
-    - dynamic symmetric (`dynamic_scaled_int8_quant_kernel`), per row: amax folded with fmaxf from 0, scale =
-      amax / 127, `inv_s = (absmax == 0.f) ? 0.f : 127.f / absmax`, codes `cvt.rni.sat.s8.f32(v * inv_s)`;
-    - dynamic azp (`symmetric=False`; `dynamic_scaled_int8_azp_quant_kernel`), per row: min and max folded with
-      fminf/fmaxf from +-FLT_MAX, `s = (max - min) / 255.f`, `zp = nearbyintf(-128.f - min / s)` converted to
-      int32 (cvt.rzi, saturating), `inv_s = 1.f / s`, codes `cvt.sat.s8.s32(cvt.rni.sat.s32.f32(v * inv_s) + azp)`
-      (the int32 sum wraps).
+    As csrc/quantization/w8a8/int8/scaled_quant.cu computes it (vllm/_custom_ops.py:2059 picks the kernel; CUDA
+    path: PTX's saturating conversions, lines 35, 70 and 93, a NaN converting to 0):
+    - static symmetric: line 116 `dst = float_to_int8_rn(static_cast<float>(src) / scale);` (divided);
+    - static with `azp`: line 129 `const float inv_s = 1.0f / scale;`, line 139 `dst =
+      int32_to_int8(float_to_int32_rn(v) + azp);` with v = value * inv_s (multiplied by the reciprocal);
+    - dynamic symmetric, per row: the amax folded with fmaxf from 0, line 168 `scale_out[blockIdx.x] = absmax /
+      127.f;`, line 172 `float inv_s = (absmax == 0.f) ? 0.f : 127.f / absmax;`, codes
+      `float_to_int8_rn(v * inv_s)`;
+    - dynamic azp (`symmetric=False`), per row: min and max folded with fminf/fmaxf from +-FLT_MAX, lines 244-245
+      `float s = (mm.max - mm.min) / 255.f; float zp = nearbyintf(-128.f - mm.min / s);`, zp converted to int32
+      (cvt.rzi, saturating), `inv_s = 1.f / s`, line 260 as the static azp form (the int32 sum wraps).
+    Scales (and zero points) of shape input.shape[:-1] + (1,) (vLLM's are (numel / hidden, 1)).
     Differences from the contract (`ma.Quant("int8", ...)`): dynamic symmetric codes are v * (127 / amax), not
     v / (amax / 127); the contract gives an all-zero row scale 1 (vLLM: scale 0, codes 0) and a row with all
     values equal scale 1 in the azp form (vLLM: scale 0, so min / 0 and v * inf: the zero point and codes come
@@ -503,14 +527,14 @@ def te_scale_from_amax(amax: Any, fp8_dtype: str = "float8_e4m3fn", *, force_pow
     to the format's largest value) and `scale_inv = 1 / scale` (what dequantization multiplies by), the inverse
     of multiact's scale (amax / qmax, `ma.Quant`).
 
-    As transformer_engine/common/recipe/recipe_common.cuh's `compute_scale_from_amax` computes it (current
-    scaling; `nvte_compute_scale_from_amax` in recipe/current_scaling.cu passes value_for_inf = FLT_MAX):
-    `amax < epsilon` -> epsilon; an amax that is inf, 0 or NaN -> scale 1; else `__fdiv_rn(max_fp8, amax)`; an inf
-    quotient -> FLT_MAX; with `force_pow_2_scales`, the mantissa bits are cleared (`scale_bits &= 0xFF800000`):
-    the scale rounded down to a power of two, so its inverse is rounded up.  (Delayed scaling, recipe/
-    delayed_scaling.cu, computes `scaled_max / amax` with scaled_max = max_fp8 * 2^-margin from an amax history,
-    keeping the previous scale where amax is 0, inf or NaN.)  amax: a float or an array (float32 results of its
-    shape, NumPy or torch as given)."""
+    As transformer_engine/common/recipe/recipe_common.cuh's `compute_scale_from_amax` (line 14) computes it for
+    current scaling (recipe/current_scaling.cu:274-275 passes value_for_inf = `std::numeric_limits<float>::max()`):
+    line 18 `amax < epsilon` -> epsilon; line 24 an amax that is inf, 0 or NaN -> scale 1; line 31
+    `scale = __fdiv_rn(max_fp8, amax);`; line 37 an inf quotient -> value_for_inf; with `force_pow_2_scales`,
+    line 41 `scale_bits &= 0xFF800000;`: the scale rounded down to a power of two, so its inverse rounds up.
+    (Delayed scaling, recipe/delayed_scaling.cu:141 and 300, computes `scaled_max / amax` with scaled_max =
+    max_fp8 * 2^-margin from an amax history, keeping the previous scale where amax is 0, inf or NaN.)
+    amax: a float or an array (float32 results of its shape, NumPy or torch as given)."""
     fn = "te_scale_from_amax()"
     name = _choice(fn, "fp8_dtype", fp8_dtype, tuple(_F8_MAX))
     pow2 = _flag(fn, "force_pow_2_scales", force_pow_2_scales)
@@ -538,11 +562,13 @@ def te_cast_to_fp8(y: Any, scale: Any = None, fp8_dtype: str = "float8_e4m3fn", 
     amax)`, float8 codes, the float32 dequantization multiplier 1 / scale, and the amax TE records.
 
     As TE's kernels compute it: transformer_engine/common/util/vectorized_pointwise.h `unary_kernel` (the cast,
-    and the fused activation-then-cast: `temp = OP(val, p); max = fmaxf(fabsf(temp), max); temp = temp * s;
-    static_cast<OutputType>(temp)`): each value times the scale in float32, then the __nv_fp8_e4m3 /
-    __nv_fp8_e5m2 constructor (CUDA's cuda_fp8.hpp: `__nv_cvt_float_to_fp8(f, __NV_SATFINITE, ...)`: nearest even,
-    beyond the largest finite value and +-inf the largest finite, NaN stays NaN); `scale_inv = 1 / scale`
-    (`reciprocal<float>`, correctly rounded); the amax folded with fmaxf from 0 (a NaN is skipped).  With
+    and the fused activation-then-cast; lines 202-207: `max = fmaxf(fabsf(temp), max); temp = temp * s;
+    storer.separate()[i] = static_cast<OutputType>(temp);`; likewise common/cast/fp8/quantize_fp8.cuh:181 and
+    gated_fp8.cuh:217, `static_cast<OType>(elt * scale)`): each value times the scale in float32, then the
+    __nv_fp8_e4m3 / __nv_fp8_e5m2 constructor (CUDA's cuda_fp8.hpp: `__nv_cvt_float_to_fp8(f, __NV_SATFINITE,
+    ...)`: nearest even, beyond the largest finite value and +-inf the largest finite, NaN stays NaN);
+    `scale_inv = 1 / scale` (vectorized_pointwise.h:224, `reciprocal<float>`, common/utils.cuh:951 `__frcp_rn`:
+    correctly rounded); the amax folded with fmaxf from 0 (a NaN is skipped).  With
     `scale` (delayed scaling: the scale from earlier amaxes) the codes use it as given; without (current
     scaling, recipe/current_scaling.cu: `nvte_compute_amax`, then `nvte_compute_scale_from_amax`), the scale is
     `te_scale_from_amax(amax, ...)` of y's own amax.
@@ -624,8 +650,11 @@ def cann_swi_glu_quant(x: Any, smooth_scales: Any = None, offsets: Any = None, g
     """CANN's SwiGluQuant (ops-nn quant/swi_glu_quant; aclnnSwiGluQuant): SwiGLU of x (..., 2H) and int8 codes
     per row, `(y, scale)` with y (..., H) int8 and scale of shape x.shape[:-1] float32.
 
-    As ops-nn's A2/A3 kernel computes it (quant/swi_glu_quant/op_kernel/swi_glu_quant.h `Compute`,
-    swi_glu_quant_base.h `CastQuantOut`; attribute defaults from op_graph/swi_glu_quant_proto.h):
+    As ops-nn's A2/A3 kernel computes it (quant/swi_glu_quant/op_kernel/swi_glu_quant.h `Compute`: lines 244-248
+    silu as x / (1 + exp(-x)), 296 the smooth scales, 305 `Div(tmpLocal, constScale, tmpLocal, ...)` with
+    swi_glu_quant_base.h:31 `SWI_GLU_QUANT_INT8_SYM_SCALE = 127.0`, 309 `scaleLocal.SetValue(i, scale)`, 312
+    `Muls(tempFp32, tempFp32, scale, ...)`; base.h:161-172 `CastQuantOut`; swi_glu_quant_static.h:280-282 and
+    323-325 the static forms; defaults from op_graph/swi_glu_quant_proto.h:59-62):
     - `activate_left=False` (the default) activates the second half: silu(x[..., H:]) * x[..., :H] (multiact's
       swiglu activates the first half); the product in float32, silu as x / (1 + exp(-x));
     - `smooth_scales` (float32, (G, H) or (G,)) multiplies each row by its group's row of scales; `group_index`
@@ -685,8 +714,8 @@ def cann_gelu_quant(x: Any, input_scale: Any = None, input_offset: Any = None, a
     out_scale)`; out_scale float32 of shape x.shape[:-1] (dynamic), None (static: the op outputs no scale).
 
     As ops-nn's kernels compute it (activation/gelu_quant/op_kernel/gelu_static_quant_per_tensor.h
-    `ComputePerTensorQuant`, gelu_dynamic_quant.h `ComputeDynamicQuant`; attribute defaults from
-    op_graph/gelu_quant_proto.h):
+    `ComputePerTensorQuant`, lines 228-242; gelu_dynamic_quant.h `ComputeDynamicQuant`, lines 257-265; defaults
+    from op_graph/gelu_quant_proto.h:54-57):
     - static (`input_scale` required, `input_offset` optional, each one value or one per channel of the last
       axis): value * input_scale + input_offset in float32, then `Cast(.., CAST_ODD)` to float16 and
       `Cast(.., CAST_RINT)` to int8.  Rounding to odd into float16 keeps the information the second rounding
@@ -736,25 +765,30 @@ def cann_gelu_quant(x: Any, input_scale: Any = None, input_offset: Any = None, a
 
 def npu_dequant_swiglu_quant(x: Any, *, weight_scale: Any = None, activation_scale: Any = None, bias: Any = None,
                              quant_scale: Any = None, quant_offset: Any = None, group_index: Any = None,
-                             activate_left: bool = False, quant_mode: int = 0,
+                             activate_left: bool = False, quant_mode: int = 0, swiglu_mode: int = 0,
+                             clamp_limit: float = 7.0, glu_alpha: float = 1.702, glu_bias: float = 1.0,
                              backend: str | None = None) -> tuple[Any, Any]:
     """torch_npu's `npu_dequant_swiglu_quant`: a matmul's int32 output dequantized (per-channel weight scales,
     per-token activation scales, an optional bias), SwiGLU, then int8 per row: `(y, scale)`, y (tokens, H) int8
     and scale (tokens,) float32.  No fused kernel exists here: this composes the pieces (NumPy float32 for the
-    dequantization, `ma.swiglu(gate, up=up)` for the activation, the quantization below), with the NPU kernel's
-    own order of operations and roundings.
+    dequantization, `ma.swiglu(gate, up=up, alpha=...)` for the activation, the quantization below), with the NPU
+    kernel's own order of operations and roundings.
 
-    Read from Ascend/op-plugin docs/context/torch_npu-npu_dequant_swiglu_quant.md (signature, defaults: quant_mode
-    0 static, 1 dynamic; activate_left False activates the second half), its golden model in
-    test/test_custom_ops/test_npu_dequant_swiglu_quant.py (`golden_dequant_swiglu_quant_torch`), and ops-nn's
-    kernels quant/dequant_swiglu_quant/op_kernel/dequant_swiglu_quant_dynamic_base.hpp (`BaseCompute`,
-    `DynamicCompute`) and dequant_swiglu_quant_static_base.hpp (`dequant`, `swiglu`):
+    Read from Ascend/op-plugin docs/zh/custom_APIs/torch_npu/torch_npu-npu_dequant_swiglu_quant.md (at 517f2e7:
+    the signature on line 76; quant_mode 0 static, 1 dynamic; activate_left False activates the second half;
+    swiglu_mode 0 standard, 1 GPT-OSS's variant on interleaved halves, 2 the variant on the two halves), its
+    golden model test/test_custom_ops/test_npu_dequant_swiglu_quant.py (`golden_dequant_swiglu_quant_torch`,
+    line 77), and ops-nn's kernels (jbgztxdy/ops-nn at fd1956f) quant/dequant_swiglu_quant/op_kernel/
+    dequant_swiglu_quant_dynamic_base.hpp (`BaseCompute` lines 245-256, `DynamicCompute` lines 184-191) and
+    dequant_swiglu_quant_static_base.hpp (lines 74, 177, 288-301):
     - x int32 (tokens, 2H): an int32 bias is added in int32 first (`addBiasWithBiasInt`); the cast to float32;
-      times weight_scale ((2H,) or (G, 2H) per group); times activation_scale ((tokens,) or (tokens, 1));
-      a float32/float16/bfloat16 bias added last.  A float16, bfloat16 or float32 x is not dequantized (the
-      kernel dequantizes int32 only; these arguments are then refused here);
-    - SwiGLU in float32 (silu as x / (1 + exp(-x))), times quant_scale ((H,) or (G, H)) in the dynamic mode (a
-      smooth scale);
+      times weight_scale ((2H,) or (G, 2H) per group); times activation_scale ((tokens,) or (tokens, 1)); a
+      float32/float16/bfloat16 bias added last.  A float16, bfloat16 or float32 x is not dequantized: a
+      weight_scale given with it is ignored (torch_npu allows it), activation_scale and bias must be None;
+    - SwiGLU in float32, silu as x / (1 + exp(-x)); swiglu_mode 1 and 2: gate clamped above at clamp_limit, the
+      other half to [-clamp_limit, clamp_limit], swish(gate, glu_alpha) * (other + glu_bias) (mode 1 on the even
+      and odd elements, as `ma.swiglu(.., layout="interleaved", alpha=1.702, limit=7.0)` for glu_bias 1);
+      then times quant_scale ((H,) or (G, H)) in the dynamic mode (a smooth scale);
     - dynamic (quant_mode=1): per row `value = max / 127` is the scale output, `scale = 1 / value` the multiplier,
       codes `Cast(.., CAST_RINT)` of value * multiplier to int16, then float16, then int8;
     - static (quant_mode=0): codes of value / quant_scale + quant_offset (per channel, (H,)), or value *
@@ -764,12 +798,18 @@ def npu_dequant_swiglu_quant(x: Any, *, weight_scale: Any = None, activation_sca
     - group_index (count mode: tokens per group, dynamic only) picks each group's row of weight_scale and
       quant_scale; rows past the groups' sum are left unwritten on the NPU (zeros here).
     Differences from the contract (`ma.swiglu(.., quant=ma.Quant("int8", "token"))` on the dequantized values):
-    the codes are value * fl(1 / fl(amax / 127)), not value / fl(amax / 127); an all-zero row gives scale 0
-    (the contract: 1) and codes 0; NaN and inf as `cann_swi_glu_quant` (not checked on an NPU)."""
+    the codes are value * fl(1 / fl(amax / 127)), not value / fl(amax / 127) (the golden model multiplies by
+    fl(127 / amax): a code one apart now and then); an all-zero row gives scale 0 (the contract: 1) and codes 0;
+    NaN and inf as `cann_swi_glu_quant` (not checked on an NPU).  Not built: Ascend 950's float8 outputs
+    (dst_type), round_mode and activate_dim."""
     fn = "npu_dequant_swiglu_quant()"
     a = _host(fn, "x", x, ints=True)
     left = _flag(fn, "activate_left", activate_left)
     mode = _choice(fn, "quant_mode", quant_mode, (0, 1))
+    smode = _choice(fn, "swiglu_mode", swiglu_mode, (0, 1, 2))
+    limit = _positive(fn, "clamp_limit", clamp_limit)
+    alpha = _positive(fn, "glu_alpha", glu_alpha)
+    gbias = _real(fn, "glu_bias", glu_bias)
     if a.ndim != 2:
         raise ValueError(f"{fn}: x must be 2-d (tokens, 2H), got shape {a.shape}")
     n = _last_axis(fn, "x", a, 2, "the two halves of SwiGLU")
@@ -783,8 +823,6 @@ def npu_dequant_swiglu_quant(x: Any, *, weight_scale: Any = None, activation_sca
     has = row_group >= 0
     gi = np.where(has, row_group, 0)
     if a.dtype == np.int32:
-        if weight_scale is None:
-            raise ValueError(f"{fn}: weight_scale must be given for an int32 x (the dequantization)")
         xi = a.astype(np.int64)
         fbias = None
         if bias is not None:
@@ -796,9 +834,10 @@ def npu_dequant_swiglu_quant(x: Any, *, weight_scale: Any = None, activation_sca
             else:
                 fbias = _f32(b)
         v = xi.astype(np.float32)
-        ws = _per_group(fn, "weight_scale", weight_scale, groups, n, scalar_ok=False)
         with np.errstate(invalid="ignore", over="ignore"):
-            v = (v * ws[gi]).astype(np.float32)
+            if weight_scale is not None:
+                v = (v * _per_group(fn, "weight_scale", weight_scale, groups, n, scalar_ok=False)[gi]).astype(
+                    np.float32)
             if activation_scale is not None:
                 acs = _f32(_host(fn, "activation_scale", activation_scale))
                 if acs.shape not in ((t,), (t, 1)):
@@ -807,13 +846,22 @@ def npu_dequant_swiglu_quant(x: Any, *, weight_scale: Any = None, activation_sca
             if fbias is not None:
                 v = (v + fbias).astype(np.float32)
     else:
-        for name, arg in (("weight_scale", weight_scale), ("activation_scale", activation_scale), ("bias", bias)):
+        for name, arg in (("activation_scale", activation_scale), ("bias", bias)):
             if arg is not None:
-                raise ValueError(f"{fn}: {name} dequantizes an int32 x; x is {a.dtype} (not dequantized)")
+                raise ValueError(f"{fn}: {name} dequantizes an int32 x; x is {a.dtype} (not dequantized): pass None")
+        if weight_scale is not None:
+            _per_group(fn, "weight_scale", weight_scale, groups, n, scalar_ok=False)  # checked, then unused
         v = _f32(a)
-    act_half, mul_half = (v[:, :h], v[:, h:]) if left else (v[:, h:], v[:, :h])
-    y = _nan_at_neg_inf(_ma().swiglu(np.ascontiguousarray(act_half), up=np.ascontiguousarray(mul_half),
-                                     backend=backend), act_half)
+    if smode == 1:
+        gate, other = v[:, 0::2], v[:, 1::2]
+    else:
+        gate, other = (v[:, :h], v[:, h:]) if left else (v[:, h:], v[:, :h])
+    with np.errstate(invalid="ignore", over="ignore"):
+        if smode:
+            gate = np.minimum(gate, limit)  # clamp(max=clamp_limit): NaN stays NaN
+            other = (np.clip(other, -limit, limit) + gbias).astype(np.float32)
+    y = _nan_at_neg_inf(_ma().swiglu(np.ascontiguousarray(gate), up=np.ascontiguousarray(other),
+                                     alpha=float(alpha) if smode else None, backend=backend), gate)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         if mode == 1:
             if quant_offset is not None:

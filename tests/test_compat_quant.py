@@ -580,9 +580,11 @@ def test_cann_gelu_quant(approximate, dtype):
     assert 0 < np.count_nonzero(so != sc) < 0.5 * len(so) and np.abs(so / sc - 1).max() < 2.5e-7
 
 
-def _dequant_swiglu_golden(x, ws, acs, bias, qs, qoff, left, mode):
-    """Ascend/op-plugin's golden model (float32 torch ops), as written there: dequantize, SwiGLU, then dynamic
-    (times 127 / max, clamp, round) or static (divide by quant_scale, add quant_offset, clamp, round)."""
+def _dequant_swiglu_golden(x, ws, acs, bias, qs, qoff, left, mode, swiglu_mode=0, limit=7.0, alpha=1.702,
+                           gbias=1.0):
+    """Ascend/op-plugin's golden model (float32 torch ops), as written there: dequantize, SwiGLU (standard, or
+    the clamped variant on interleaved (mode 1) or split (mode 2) halves), then dynamic (times 127 / max,
+    clamp, round) or static (divide by quant_scale, add quant_offset, clamp, round)."""
     x = torch.from_numpy(x)
     if bias is not None and bias.dtype == np.int32:
         x = x + torch.from_numpy(bias)
@@ -591,8 +593,16 @@ def _dequant_swiglu_golden(x, ws, acs, bias, qs, qoff, left, mode):
         res = res * torch.from_numpy(acs).reshape(-1, 1)
     if bias is not None and bias.dtype != np.int32:
         res = res + torch.from_numpy(bias)
-    a, b = torch.chunk(res, 2, dim=-1)
-    out = torch.nn.functional.silu(a if left else b) * (b if left else a)
+    if swiglu_mode == 1:
+        a, b = res[..., ::2], res[..., 1::2]
+    else:
+        a, b = torch.chunk(res, 2, dim=-1)
+        a, b = (a, b) if left else (b, a)
+    if swiglu_mode:
+        a, b = a.clamp(min=None, max=limit), b.clamp(min=-limit, max=limit)
+        out = a * torch.sigmoid(alpha * a) * (b + gbias)
+    else:
+        out = torch.nn.functional.silu(a) * b
     if mode == 1:
         if qs is not None:
             out = out * torch.from_numpy(qs)
@@ -704,9 +714,14 @@ BAD = [
     (lambda: compat.cann_gelu_quant(X, quant_mode="static"), ValueError, r"input_scale must be given"),
     (lambda: compat.cann_gelu_quant(X, approximate="erf"), ValueError, r"approximate must be one of"),
     (lambda: compat.cann_gelu_quant(X, np.ones(3, np.float32)), ValueError, r"input_scale has shape"),
-    (lambda: compat.npu_dequant_swiglu_quant(XI), ValueError, r"weight_scale must be given for an int32 x"),
-    (lambda: compat.npu_dequant_swiglu_quant(X, weight_scale=np.ones(8, np.float32)), ValueError,
-     r"weight_scale dequantizes an int32 x"),
+    (lambda: compat.npu_dequant_swiglu_quant(X, activation_scale=np.ones(2, np.float32)), ValueError,
+     r"activation_scale dequantizes an int32 x"),
+    (lambda: compat.npu_dequant_swiglu_quant(X, weight_scale=np.ones(7, np.float32)), ValueError,
+     r"weight_scale has shape \(7,\)"),
+    (lambda: compat.npu_dequant_swiglu_quant(XI, swiglu_mode=3), ValueError, r"swiglu_mode must be one of"),
+    (lambda: compat.npu_dequant_swiglu_quant(XI, swiglu_mode=1, clamp_limit=0.0), ValueError,
+     r"clamp_limit must be positive"),
+    (lambda: compat.npu_dequant_swiglu_quant(XI, glu_bias=np.inf), ValueError, r"glu_bias must be finite"),
     (lambda: compat.npu_dequant_swiglu_quant(XI, weight_scale=np.ones(8, np.float32), quant_mode=2), ValueError,
      r"quant_mode must be one of \(0, 1\)"),
     (lambda: compat.npu_dequant_swiglu_quant(XI, weight_scale=np.ones(8, np.float32), group_index=[2]),
@@ -830,3 +845,24 @@ def test_the_counts_the_docs_quote():
     ys, _ = compat.cann_swi_glu_quant(x, activate_left=True)
     yn, sn = compat.npu_dequant_swiglu_quant(x, activate_left=True, quant_mode=1)
     assert np.count_nonzero(ys != yc) == 0 and np.count_nonzero(yn != yc) == 0 and same(sn, sc[:, 0])
+
+
+@pytest.mark.parametrize("swiglu_mode", [1, 2])
+def test_npu_dequant_swiglu_quant_variant_swiglu(swiglu_mode):
+    """swiglu_mode 1 (GPT-OSS: interleaved, clamped, alpha, + glu_bias) and 2 (the same on the two halves),
+    against the golden model: within one code; for mode 1 with glu_bias 1, exactly multiact's own
+    `swiglu(layout="interleaved", alpha=1.702, limit=7.0)` quantized by the kernel's rule."""
+    t, n = 32, 128
+    x = RNG.integers(-2000, 2000, (t, n)).astype(np.int32)
+    ws = np.full(n, 0.005, np.float32)
+    for gbias in (1.0, 0.25):
+        y, s = compat.npu_dequant_swiglu_quant(x, weight_scale=ws, quant_mode=1, swiglu_mode=swiglu_mode,
+                                               glu_bias=gbias, activate_left=True)
+        gy, gs = _dequant_swiglu_golden(x, ws, None, None, None, None, True, 1, swiglu_mode, 7.0, 1.702, gbias)
+        assert np.abs(y.astype(int) - gy).max() <= 1 and np.abs(s / gs - 1).max() < 1e-5
+    if swiglu_mode == 1:
+        y, s = compat.npu_dequant_swiglu_quant(x, weight_scale=ws, quant_mode=1, swiglu_mode=1)
+        act = ma.swiglu(f32(x.astype(np.float64) * 0.005).astype(np.float32), layout="interleaved", alpha=1.702,
+                        limit=7.0).astype(np.float64)
+        scale = f32(np.abs(act).max(axis=-1) / 127.0)
+        assert same(s, scale) and (y == np.clip(np.rint(f32(act * f32(1.0 / scale)[:, None])), -128, 127)).all()
