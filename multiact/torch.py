@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -529,6 +530,12 @@ for _spec in OPS.values():
 del _spec
 
 
+def _exporting_onnx() -> bool:
+    """Whether torch.onnx.export is tracing (torch.onnx is imported by then)."""
+    onnx = sys.modules.get("torch.onnx")
+    return onnx is not None and onnx.is_in_onnx_export()
+
+
 def _float(v: Any) -> Any:
     """A float parameter as the schema takes it (ints and NumPy scalars as float; anything else as given,
     for the schema to refuse by name)."""
@@ -553,7 +560,7 @@ def _apply(spec: OpSpec, x: torch.Tensor, params: dict, inplace: bool, backend: 
             learn = learn.reshape(())
     args = [learn if n == s.learn else _float(params[n]) if k == "float" else params[n]
             for n, k in zip(s.names, (p.kind for p in spec.params), strict=True)]
-    if not inplace:
+    if not inplace or _exporting_onnx():  # an exported graph has no in-place op: the out-of-place one
         return s.fwd(x, *args, backend)
     if torch.is_grad_enabled() and (x.requires_grad or (learn is not None and learn.requires_grad)):
         from_y = learn is None and spec.supports_y(spec.validate(dict(zip(s.names, args, strict=True))), x.dtype)
@@ -1253,6 +1260,22 @@ MODULES["bias_act"] = BiasAct
 __all__ += ["BiasAct", "bias_act"]
 
 
+# ---- torch.onnx.export: every forward op translated into standard ONNX (multiact/torch_onnx.py) -------------
+
+from . import torch_onnx  # noqa: E402
+
+for _name, _s in SETS.items():  # <op> and <op>_t (a learnable parameter); inplace=True exports as <op>
+    torch_onnx.add(_name, torch_onnx.activation_builder(_s.spec, _s.learn))
+for _g in GATED_SETS.values():
+    torch_onnx.add(_g.cdef.name, torch_onnx.gated_builder(_g.cdef, _decode, two_inputs=False))
+    torch_onnx.add(f"{_g.cdef.name}_up", torch_onnx.gated_builder(_g.cdef, _decode, two_inputs=True))
+torch_onnx.add(BIAS_ACT_SET.cdef.name, torch_onnx.bias_act_builder(BIAS_ACT_SET.cdef, _decode))
+del _name, _s, _g
+torch_onnx.install()
+onnx_translations = torch_onnx.onnx_translations
+export_onnx = torch_onnx.export_onnx
+
+
 # ---- samples for torch.library.opcheck (tests/test_torch_compile.py, scripts/opcheck_all.py) --------------
 
 
@@ -1326,7 +1349,8 @@ def opcheck_samples(dtype: torch.dtype, *, every_case: bool = False) -> list[tup
 
 # Public beside the functions and modules (which `from multiact.torch import *` brings): the tables of
 # them, the registered custom ops and the samples opcheck runs on.
-_EXTRAS = ("CUSTOM_OPS", "FUNCTIONS", "MODULES", "NAMESPACE", "module_name", "opcheck_samples")
+_EXTRAS = ("CUSTOM_OPS", "FUNCTIONS", "MODULES", "NAMESPACE", "export_onnx", "module_name", "onnx_translations",
+           "opcheck_samples")
 
 
 def __dir__() -> list[str]:
