@@ -56,7 +56,8 @@ _DEVIATIONS = {
     "softshrink": "ORT's Shrink maps NaN to 0; float32 composite",
     "hardshrink": "ORT's Shrink maps NaN to 0; float32 composite",
     "threshold": "ORT's ThresholdedRelu is threshold(x, alpha, 0): one node for value = +0, else a composite",
-    "softplus": "ORT's Softplus has no beta/threshold: one node only for beta = 1, threshold >= 20",
+    "softplus": "ORT's Softplus has no beta/threshold: at beta = 1 it with the threshold around it (Greater, Where); "
+                "another beta rounds twice in float16 around it, so a composite",
     "prelu": "ORT's PRelu takes x = -0 as positive, so a negative weight gives the wrong sign of zero: "
              "float32 composite (accuracy='runtime': PRelu)",
     "leaky_relu": "ORT's LeakyRelu takes x = -0 as positive: a negative slope gives the wrong sign of zero "
@@ -210,8 +211,9 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
     accuracy: which graph computes the forward.
       "auto" (default): ORT's own operator where its measured error meets multiact's contract (the Tolerance
       of `ma.ops()`, the conventions at NaN, +-inf, -0 and the kinks), per op, dtype and parameters: relu,
-      relu6, hardtanh, leaky_relu with a slope >= +0, hardsigmoid, softplus with beta = 1 and threshold >= 20;
-      float16 also elu and tanh.  Elsewhere the composite below; `deviations()` says why for each op.
+      relu6, hardtanh, leaky_relu with a slope >= +0, hardsigmoid, softplus with beta = 1, logsigmoid
+      (-Softplus(-x)); float16 also elu and tanh.  Elsewhere the composite below; `deviations()` says why for
+      each op.
       "contract": the composite always: primitive nodes in float32, in float64 only where float32 cannot meet
       the contract (gelu's forward, tanhshrink, mish).  Cost: each node is a pass over the tensor in ONNX
       Runtime, which does not fuse them, so a composite runs several times slower than a built-in operator

@@ -64,7 +64,10 @@ BUILTIN_OK: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any]], bool]
     # ORT's LeakyRelu takes x = -0 as positive: a negative slope (-0.0 too) gives the wrong sign of zero
     "leaky_relu": (("float32", "float16"), lambda p: math.copysign(1.0, p["negative_slope"]) > 0),
     "hardsigmoid": (("float32", "float16"), lambda p: p["alpha"] == _HS_ALPHA32 and p["beta"] == 0.5),  # measured there
-    "softplus": (("float32", "float16"), lambda p: p["beta"] == 1.0 and p["threshold"] >= 20.0),
+    # ORT's Softplus (a threshold of its own composed around it: Greater, Where) and logsigmoid as -Softplus(-x); a
+    # beta != 1 around it (Mul, Div) rounds twice in float16 (5 ulp)
+    "softplus": (("float32", "float16"), lambda p: p["beta"] == 1.0),
+    "logsigmoid": (("float32", "float16"), _always),
     # ORT's Elu takes x = 0 as positive: a negative alpha (-0.0 too) gives +0 at x = +0
     "elu": (("float16",), lambda p: math.copysign(1.0, p["alpha"]) > 0),
     "tanh": (("float16",), _always),
