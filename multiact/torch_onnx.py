@@ -113,14 +113,14 @@ def _activation_model(op: str, dtype: str, ndim: int, accuracy: str, opset: int,
     from .onnx_export import to_onnx
 
     return to_onnx(op, dtype=dtype, shape=ndim, accuracy=accuracy, opset=opset, param_inputs=param_inputs,
-                   **dict(params))
+                   **_plain(params))
 
 
 @functools.lru_cache(maxsize=1024)
 def _gated_model(name: str, dtype: str, ndim: int, opset: int, params: tuple) -> Any:
     from .onnx_export import to_onnx
 
-    return to_onnx(name, dtype=dtype, ndim=ndim, opset=opset, **dict(params))
+    return to_onnx(name, dtype=dtype, ndim=ndim, opset=opset, **_plain(params))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -132,7 +132,7 @@ def _gated_up_model(name: str, dtype: str, opset: int, given: tuple, extra: tupl
 
     cdef = COMPOSITE_DEFINITIONS[name]
     fn = gated.label(cdef, "forward")
-    call = gated.resolve(cdef, dict(given), dict(extra), fn)
+    call = gated.resolve(cdef, _plain(given), _plain(extra), fn)
     gated.check_precision(call, np.dtype("float32" if dtype == "bfloat16" else dtype), fn)
     if dtype == "bfloat16":
         return bfloat16_model(gated_kernel_onnx(call.key, "forward", "float32", call.kp, opset)), call.gate_first
@@ -143,11 +143,16 @@ def _gated_up_model(name: str, dtype: str, opset: int, given: tuple, extra: tupl
 def _bias_act_model(dtype: str, ndim: int, forms: tuple, opset: int, params: tuple) -> Any:
     from .onnx_export import bias_act_model
 
-    return bias_act_model(dtype=dtype, ndim=ndim, forms=forms, opset=opset, **dict(params))
+    return bias_act_model(dtype=dtype, ndim=ndim, forms=forms, opset=opset, **_plain(params))
 
 
 def _hashable(d: dict) -> tuple:
-    return tuple(sorted(d.items()))
+    """Parameters as a cache key: (name, value, repr), so that -0.0 and 0.0 are two keys (their graphs differ)."""
+    return tuple(sorted((k, v, repr(v)) for k, v in d.items()))
+
+
+def _plain(key: tuple) -> dict:
+    return {k: v for k, v, _ in key}
 
 
 def activation_builder(spec: Any, learn: str | None) -> Callable:
