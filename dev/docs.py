@@ -54,7 +54,6 @@ COMMITTED = {
     "results/bias_act-x86-2core.json": "2026-12-02",
     "results/composite-gated-x86-2core.json": "2026-12-01",
     "results/composite-gated-x86-2core.txt": "2026-12-01",
-    "results/onnx-export-x86-2core.txt": "2026-12-01",
     "results/torch-overhead-x86-2core.txt": "2026-12-01",
     "results/accuracy-f32-subset.json": "2026-12-02",
     "results/bf16-exhaustive.txt": "2026-12-01",
@@ -189,6 +188,8 @@ def results_index() -> str:
 def _what(s: Source) -> str:
     if s.path.endswith(".json"):
         data = json.loads(s.text())
+        if "meta" in data and "command" in data["meta"]:  # a script's run
+            return f"`{data['meta']['command']}` (JSON)"
         if "meta" in data:
             return "`multiact " + " ".join(data["meta"].get("argv", [])) + "` (JSON)"
         if "header" in data:
@@ -467,6 +468,51 @@ def composite_table(path: str) -> str:
     return "\n".join(lines) + "\n\n" + src.line()
 
 
+# ---- ma.to_onnx's graphs in ONNX Runtime (benchmarks/onnx_export.py) -----------------------------------------
+
+ONNX_EXPORT = "results/onnx-export-x86-2core.json"
+
+
+def _onnx_error(e: dict[str, Any]) -> str:
+    """An error cell: within the contract (the largest error as a share of the bound), else what breaks it."""
+    if e["passed"]:
+        return f"within ({e['of_bound']:.2g} of the bound)"
+    if e["of_bound"] > 1:
+        ulp = e["max_ulp"]
+        return f"**{ulp:.2g} ulp**" if ulp is not None else "**outside**"
+    x, got, want = e["first_bad"][0]
+    return f"**{got:g} at x = {x:g}** (want {want:g})"
+
+
+def onnx_export_table() -> str:
+    """Per op, to_onnx's default graph (accuracy="auto") in float32 and float16, its error, ORT's own operators'
+    error, and the float32 forward's time against ORT's operators and ma.<op> (backward: the graph against
+    ma.<op>_grad)."""
+    src = Source(ONNX_EXPORT)
+    data = json.loads(src.text())
+    meta = data["meta"]
+    lines = ["| op | default graph, float32 | its error | float16 | its error | ORT's operators "
+             "(accuracy=\"runtime\"), float32 | their error | default / ORT time | default / `ma` time | "
+             "backward / `ma` time |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in data["rows"]:
+        f, b = r["fwd_ms"], r["bwd_ms"]
+        f16 = r["forms"]["float16"]
+        lines.append(f"| {r['op']} | {r['forms']['float32']} | {_onnx_error(r['errors']['float32'])} | {f16} | "
+                     f"{_onnx_error(r['errors']['float16'])} | {r['ort_forms']['float32']} | "
+                     f"{_onnx_error(r['ort_errors']['float32'])} | {f['auto'] / f['ort']:.2f}x | "
+                     f"{f['auto'] / f['ma']:.2f}x | {b['onnx'] / b['ma']:.2f}x |")
+    spread = max(r["fwd_spread"] for r in data["rows"])
+    before, after = meta["load_before"], meta.get("load_after", meta["load_before"])
+    note = (f"float32 forward at {meta['n']:,} elements, {meta['threads']} thread(s), ONNX Runtime "
+            f"{meta['onnxruntime']}, median of {meta['reps']} interleaved runs (largest spread, IQR / median: "
+            f"{spread:.0%}); load average {before[0]:.2f} before, {after[0]:.2f} after. Errors against the float64 "
+            "reference on the consistency suite's inputs and a grid on [-30, 30], judged as every backend is (the "
+            "op's contract bound; a share of the bound <= 1 is within it); bold: where it breaks the contract. "
+            f"`{meta['command']}`.")
+    return "\n".join(lines) + "\n\n" + note + "\n\n" + src.line()
+
+
 # ---- the blocks, and where they go -------------------------------------------------------------------------
 
 BLOCKS: dict[str, Callable[[], str]] = {
@@ -483,6 +529,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "perf-2core-16M": lambda: bench_table("bench-2core", 16 << 20, "out"),
     "perf-bias-act": lambda: composite_table("results/bias_act-x86-2core.json"),
     "perf-gated": lambda: composite_table("results/composite-gated-x86-2core.json"),
+    "onnx-export": onnx_export_table,
     "results-index": results_index,
 }
 

@@ -133,6 +133,7 @@ class Verdict:
     max_abs: float
     n_bad: int
     bad: list[tuple[float, float, float]] = field(default_factory=list)  # (x, got, ref)
+    max_of_bound: float = 0.0  # the largest |got - ref| / the op's bound over finite results (<= 1: within it)
 
     def describe(self) -> str:
         head = f"max error {self.max_ulp:.3g} ulp ({self.max_abs:.3g} abs), {self.n_bad} bad"
@@ -208,6 +209,7 @@ def compare(
         sign_ok = np.where(zero_in & (r == 0), (g == 0) & (np.signbit(g) == np.signbit(r)), True)
         ok = nan_ok & inf_ok & val_ok & sign_ok
         ulps = np.where(finite & (spacing > 0), err / np.where(spacing > 0, spacing, 1), 0.0)
+        of_bound = np.where(finite & (bound > 0), err / np.where(bound > 0, bound, 1), 0.0)
     bad_idx = np.flatnonzero(~ok)
     return Verdict(
         passed=bad_idx.size == 0,
@@ -215,6 +217,7 @@ def compare(
         max_abs=float(np.nanmax(np.where(finite, err, 0.0), initial=0.0)),
         n_bad=int(bad_idx.size),
         bad=[(float(xs[i]), float(g[i]), float(r[i])) for i in bad_idx[:20]],
+        max_of_bound=float(np.nanmax(of_bound, initial=0.0)),
     )
 
 

@@ -1,22 +1,24 @@
 """`ma.to_onnx`: ONNX models of every activation, forward and backward, and `from_onnx_node`, their inverse.
 
-`to_onnx(op)` (accuracy="contract") is a one-node graph where ONNX has the op and ONNX Runtime's kernel
+`to_onnx(op)` (accuracy="auto", the default) is a one-node graph where ONNX has the op and ONNX Runtime's kernel
 keeps our contract (the op's Tolerance; NaN in gives NaN out, +-inf gives the limit, PyTorch's choices at
-the kinks and the sign of zero), measured per dtype (onnx_graphs.BUILTIN_OK); otherwise a small graph of primitive
-ops that follows `multiact.reference`, in float32 where that meets the contract (expm1 by Kahan's trick,
-sigmoid and softplus from Exp/Log without overflow), in float64 only where it does not (gelu's erfc tail,
-mish's subnormal softplus, tanhshrink's cancellation), rounded once.  float16 models compute in float32 (or
-float64) and round once, as the rest of multiact does.  accuracy="runtime" takes ORT's own operators
-regardless (RUNTIME_ERRORS: what that costs in accuracy).  Backward graphs are always composites: ONNX
-Runtime's standard package has no gradient kernels.  ONNX Runtime's CPU provider runs each node as a pass
-over the tensor (no elementwise fusion), so a composite costs several built-in operators' time.
+the kinks and the sign of zero), measured per dtype (onnx_graphs.BUILTIN_OK); otherwise the registered composite:
+a small graph of primitive ops that follows `multiact.reference`, in float32 where that meets the contract (expm1
+by Kahan's trick, sigmoid and softplus from Exp/Log without overflow), in float64 only where it does not (gelu's
+erfc tail, mish's subnormal softplus, tanhshrink's cancellation), rounded once.  float16 models compute in float32
+(or float64) and round once, as the rest of multiact does.  accuracy="contract" takes the composite always,
+accuracy="runtime" ORT's own operators regardless (RUNTIME_ERRORS: what that costs in accuracy).  Backward
+graphs are always composites: ONNX Runtime's standard package has no gradient kernels.  ONNX Runtime's CPU
+provider runs each node as a pass over the tensor (no elementwise fusion), so a composite costs several built-in
+operators' time (the table of docs/performance.md, from `benchmarks/onnx_export.py`).
 
-Inputs have any rank (`shape=`: fixed, symbolic or dynamic dims; default 1-D "N"); prelu's weight is 1-D,
-broadcast along `axis` in the graph.  The gated ops (glu, swiglu, geglu, reglu) take x of `ndim` dims and
-split it along `dim` inside the graph.  `from_onnx_node` maps an ONNX activation node back onto an op and
-its keywords.  The graphs themselves, registered per (kernel key, direction), are the onnxruntime and ascend
-backends' kernels (`multiact.backend.onnx_graphs`); this module is the public front built on them.  `onnx` is
-imported lazily.
+Inputs have any rank by default (no shape in the model: ONNX Runtime takes any); `shape=` fixes the rank and
+dims.  prelu's weight is 1-D, broadcast along `axis` in the graph.  `opset=` (default 20, from 15) is the model's
+opset: an ORT operator the opset lacks gives way to the composite.  The gated ops (glu, swiglu, geglu, reglu) take
+x of `ndim` dims and split it along `dim` inside the graph.  `from_onnx_node` maps an ONNX activation node back onto
+an op and its keywords.  The graphs themselves, registered per (kernel key, direction), are the onnxruntime and
+ascend backends' kernels (`multiact.backend.onnx_graphs`); this module is the public front built on them, and
+multiact.torch_onnx replays them into torch.onnx.export's graphs.  `onnx` is imported lazily.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ import numpy as np
 
 from ._opdefs import DEFS, F32_MAX
 from .backend import onnx_graphs as G
-from .backend.onnx_graphs import DTYPES, IR_VERSION, OPSET  # noqa: F401 (the models' dtypes and versions, as before)
+from .backend.onnx_graphs import (  # noqa: F401 (the models' dtypes, versions and accuracy modes)
+    ACCURACIES,
+    DTYPES,
+    IR_VERSION,
+    MIN_OPSET,
+    OPSET,
+)
 from .optable import BIAS_ACT_KEYS, FAMILY_KEYS
 from .optable import get as _spec
-
-ACCURACIES = ("contract", "runtime")
 
 _DEVIATIONS = {
     "elu": "ORT's float32 Elu computes exp(x) - 1 (8e6 ulp near 0): float32 composite with expm1 "
@@ -50,7 +56,8 @@ _DEVIATIONS = {
     "softshrink": "ORT's Shrink maps NaN to 0; float32 composite",
     "hardshrink": "ORT's Shrink maps NaN to 0; float32 composite",
     "threshold": "ORT's ThresholdedRelu is threshold(x, alpha, 0): one node for value = +0, else a composite",
-    "softplus": "ORT's Softplus has no beta/threshold: one node only for beta = 1, threshold >= 20",
+    "softplus": "ORT's Softplus has no beta/threshold: at beta = 1 it with the threshold around it (Greater, Where); "
+                "another beta rounds twice in float16 around it, so a composite",
     "prelu": "ORT's PRelu takes x = -0 as positive, so a negative weight gives the wrong sign of zero: "
              "float32 composite (accuracy='runtime': PRelu)",
     "leaky_relu": "ORT's LeakyRelu takes x = -0 as positive: a negative slope gives the wrong sign of zero "
@@ -131,10 +138,9 @@ def _dtype_name(dtype: Any, fn: str = "to_onnx()") -> str:
     return name
 
 
-def _bf16_wrapped(model: Any) -> Any:
+def bfloat16_model(model: Any) -> Any:
     """A float32 model with bfloat16 inputs and outputs: each float32 input Cast from bfloat16, each float32
     output Cast to bfloat16 (float64 outputs, the parameter gradients, stay float64)."""
-    import onnx
     from onnx import TensorProto, helper
 
     g = model.graph
@@ -154,7 +160,7 @@ def _bf16_wrapped(model: Any) -> Any:
     g.node.extend(nodes)
     g.doc_string = (g.doc_string.replace(", float32,", ", bfloat16 (the float32 graph between Casts),", 1)
                     if ", float32," in g.doc_string else g.doc_string + " (bfloat16: the float32 graph between Casts)")
-    onnx.checker.check_model(model)
+    G.check(model)
     return model
 
 
@@ -183,9 +189,10 @@ def _input_shape(shape: Any, fn: str = "to_onnx()") -> list[int | str]:
 
 
 def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_output: bool = False,
-            shape: Any = None, accuracy: str = "contract", **params: Any) -> Any:
-    """Returns an `onnx.ModelProto` (opset 20, passed by onnx.checker; `onnx.save(model, path)` or
-    `model.SerializeToString()` for a session) of op's forward, or with `grad=True` its backward.
+            shape: Any = None, accuracy: str = "auto", opset: int = OPSET, param_inputs: tuple[str, ...] = (),
+            **params: Any) -> Any:
+    """Returns an `onnx.ModelProto` (opset 20 unless `opset=`, passed by onnx.checker; `onnx.save(model, path)`
+    or `model.SerializeToString()` for a session) of op's forward, or with `grad=True` its backward.
 
     Inputs: forward `x`; backward `dy`, `x` (with `from_output=True`: `dy`, `y`, for the ops whose
     derivative is a function of the output); prelu adds `weight`.  Output `y` or `dx`, x's dtype and shape.
@@ -196,22 +203,29 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
       arithmetic, so there is no bfloat16 graph of ORT's own operators; where the float32 graph computes in
       float64 (gelu's forward, tanhshrink, mish) its result is rounded to float32 and then to bfloat16, twice,
       so it can sit one bfloat16 ulp from multiact's where that float32 value is a bfloat16 tie.
-    shape: the inputs' shape; an int is a rank with every dim dynamic, a sequence holds ints (fixed),
-      names (symbolic, e.g. ["N", "C", 224, 224]) and None (dynamic).  Default: 1-D ["N"]; prelu
-      ["N", "C", "S"].  prelu's `weight` input is 1-D, one element or x.shape[axis] (per channel along
-      `axis`, default 1), broadcast along axis inside the graph.
-    accuracy: "contract" (default) keeps multiact's accuracy contract (the Tolerance of `ma.ops()`, the
-      conventions at NaN, +-inf, -0 and the kinks): ORT's own operator where its CPU kernel meets it
-      (relu, relu6, hardtanh, leaky_relu with a slope >= +0, hardsigmoid, softplus with beta = 1 and
-      threshold >= 20; float16 also elu and tanh), elsewhere a composite of primitive nodes in float32,
-      in float64 only where float32 cannot meet the contract (gelu's forward, tanhshrink).  Cost: each
-      node is a pass over the tensor in ONNX Runtime, which does not fuse them, so a composite runs
-      several times slower than a built-in operator (results/onnx-export-x86-2core.txt);
-      `deviations()` says why each op is not one node.
+    shape: the inputs' shape.  Default None: any rank (the inputs carry no shape; onnx.checker, which wants one
+      on a graph's inputs, passes the model with an empty one).  An int is a rank with every dim dynamic, a
+      sequence holds ints (fixed), names (symbolic, e.g. ["N", "C", 224, 224]) and None (dynamic).  prelu's
+      `weight` input is 1-D, one element or x.shape[axis] (per channel along `axis`, default 1), broadcast
+      along axis inside the graph (from the rank in the graph where the rank is not fixed).
+    accuracy: which graph computes the forward.
+      "auto" (default): ORT's own operator where its measured error meets multiact's contract (the Tolerance
+      of `ma.ops()`, the conventions at NaN, +-inf, -0 and the kinks), per op, dtype and parameters: relu,
+      relu6, hardtanh, leaky_relu with a slope >= +0, hardsigmoid, softplus with beta = 1, logsigmoid
+      (-Softplus(-x)); float16 also elu and tanh.  Elsewhere the composite below; `deviations()` says why for
+      each op.
+      "contract": the composite always: primitive nodes in float32, in float64 only where float32 cannot meet
+      the contract (gelu's forward, tanhshrink, mish).  Cost: each node is a pass over the tensor in ONNX
+      Runtime, which does not fuse them, so a composite runs several times slower than a built-in operator
+      (docs/performance.md's ONNX table, measured by benchmarks/onnx_export.py).
       "runtime": ORT's own operators regardless (Gelu, Sigmoid, Elu, Selu, Celu, HardSwish, Mish,
       Softsign, Shrink, PRelu, ...; silu/swish/fast_gelu as x * Sigmoid(k x)): the fastest graph, with the
       measured errors of `RUNTIME_ERRORS` (up to 7e7 ulp in float32 tails, NaN at some infinities).
-      Backward graphs are composites in both modes (ONNX Runtime has no gradient kernels), float32.
+      Backward graphs are composites in every mode (ONNX Runtime has no gradient kernels), float32.
+    opset: the model's opset, 15 (the graphs' own operators) to the installed onnx's newest; default 20.  An ORT
+      operator the opset lacks (Gelu below 20, Mish below 18) gives way to the composite, in every mode.
+    param_inputs: float parameters taken as model inputs (0-d, dtype) instead of values, for the forward
+      (a learned swish beta: `param_inputs=("beta",)`); the graph is then the composite.
     `grad="beta"` (swish) and `grad="weight"` (prelu) export the parameter gradient: inputs `dy`, `x`;
     output `dparam` in float64 (swish: the sum over all elements; prelu: one per channel), summed in float64.
 
@@ -219,7 +233,8 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
     layout, dim, alpha, limit, approximate) take one input `x` with `ndim` dynamic dims (keyword
     `ndim`, default 2: (tokens, 2 * hidden)), split along `dim` inside the graph (halves or interleaved;
     an odd x.shape[dim] fails in the session), and give `y` (half of x along dim); `grad=True` takes `dy`
-    (y's shape) and `x` and gives `dx` (x's shape, both halves).  They compute in float64 (contract only).
+    (y's shape) and `x` and gives `dx` (x's shape, both halves).  They compute in float64 (the composite:
+    accuracy "auto" or "contract").
 
     `to_onnx("bias_act", act=..., dim=1, gain=1.0, clamp=None, ndim=4, scale=False, **act_params)`: inputs
     `x`, `b` (x.shape[dim],) and with scale=True `scale`; grad=True takes `dy` first and gives `dx`, `db`
@@ -229,20 +244,29 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
 
     fn = "to_onnx()"
     dtype = _dtype_name(dtype, fn)
+    opset = G.check_opset(opset, fn)
     if dtype == "bfloat16":
-        return _bf16_wrapped(to_onnx(op, dtype="float32", grad=grad, from_output=from_output, shape=shape,
-                                     accuracy=accuracy, **params))
+        return bfloat16_model(to_onnx(op, dtype="float32", grad=grad, from_output=from_output, shape=shape,
+                                      accuracy=accuracy, opset=opset, param_inputs=param_inputs, **params))
     if accuracy not in ACCURACIES:
         raise ValueError(f"{fn}: accuracy must be one of {ACCURACIES}, got {accuracy!r}")
     composite = op == "bias_act" or (isinstance(op, str) and op in COMPOSITE_DEFINITIONS)
-    if composite and (shape is not None or accuracy != "contract"):
-        raise ValueError(f"{fn}: {op} takes ndim= (its dims are all dynamic) and accuracy='contract' only, "
-                         f"got shape={shape!r}, accuracy={accuracy!r}")
+    if composite and (shape is not None or accuracy == "runtime" or param_inputs):
+        raise ValueError(f"{fn}: {op} takes ndim= (its dims are all dynamic), accuracy='auto' or 'contract' "
+                         f"(its graph is a composite) and no param_inputs, got shape={shape!r}, "
+                         f"accuracy={accuracy!r}, param_inputs={param_inputs!r}")
     if op == "bias_act":
-        return _bias_act_to_onnx(dtype, grad, from_output, params)
+        return _bias_act_to_onnx(dtype, grad, from_output, params, opset)
     if composite:
-        return _gated_to_onnx(COMPOSITE_DEFINITIONS[op], dtype, grad, from_output, params)
+        return _gated_to_onnx(COMPOSITE_DEFINITIONS[op], dtype, grad, from_output, params, opset)
     spec = _spec(op)
+    param_inputs = tuple(param_inputs)
+    floats = [q.name for q in spec.params if q.kind == "float"]
+    bad = [n for n in param_inputs if n not in floats or n in params]
+    if bad or (param_inputs and grad is not False):
+        raise ValueError(f"{fn}: param_inputs names float parameters of {op} ({', '.join(floats) or 'none'}) given "
+                         f"as model inputs instead of values (not also as keywords), for the forward only; got "
+                         f"{param_inputs!r}{' with grad=' + repr(grad) if grad is not False else ''}")
     p = G.round_params(spec, params)
     param_grad = isinstance(grad, str)
     if param_grad and (spec.param_grad is None or spec.param_grad[0] != grad):
@@ -253,16 +277,18 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
     if from_output and (grad is not True or not spec.supports_y(p)):
         raise ValueError(f"{fn}: from_output=True needs grad=True and an op whose backward can use the output "
                          f"({spec.y_condition or 'not ' + op})")
-    x_shape = _input_shape(G.default_shape(spec) if shape is None else shape, fn)
-    ndim = len(x_shape)
+    x_shape = None if shape is None else _input_shape(shape, fn)  # None: any rank
+    ndim = None if x_shape is None else len(x_shape)
     axis = None
     if spec.defn.array_param:  # its weight per channel along axis
         axis = p.get("axis", 1)
-        if ndim and not -ndim <= axis < ndim:
-            raise ValueError(f"{fn}: {op}'s axis {axis} is out of range for x with {ndim} dims (shape={shape!r})")
-        axis = axis % ndim if ndim else None
+        if ndim is not None:
+            if ndim and not -ndim <= axis < ndim:
+                raise ValueError(f"{fn}: {op}'s axis {axis} is out of range for x with {ndim} dims "
+                                 f"(shape={shape!r})")
+            axis = axis % ndim if ndim else None
     direction = "param_grad" if param_grad else ("backward_y" if from_output else "backward" if grad else "forward")
-    return G.activation_model(spec, p, direction, dtype, x_shape, axis, accuracy)
+    return G.activation_model(spec, p, direction, dtype, x_shape, axis, accuracy, opset, param_inputs)
 
 
 def from_onnx_node(node: Any, *inputs: Any) -> tuple[str | None, dict[str, Any]]:
@@ -345,7 +371,7 @@ SWIGLU_NOTE = ("ONNX's SwiGLU (opset 28) does not run on ONNX Runtime 1.32 (no k
                "expands into); the gated graphs are the activation's graph times the other half")
 
 
-def _gated_to_onnx(cdef: Any, dtype: str, grad: Any, from_output: bool, params: dict):
+def _gated_to_onnx(cdef: Any, dtype: str, grad: Any, from_output: bool, params: dict, opset: int = OPSET):
     """to_onnx() of a gated op: the one-input form, x of any rank split along dim in the graph."""
     from onnx import helper
 
@@ -402,17 +428,30 @@ def _gated_to_onnx(cdef: Any, dtype: str, grad: Any, from_output: bool, params: 
     settings = ", ".join(f"{k}={v!r}" for k, v in {**own, **extra, "ndim": ndim}.items())
     return G.gated_model(g, f"multiact_{cdef.name}_{what}", dtype, inputs, outputs,
                         f"multiact {cdef.name}({settings}) [{call.key}, {p}] {what}, {dtype}; x split along dim "
-                        f"{dim} ({call.layout}); {SWIGLU_NOTE}")
+                        f"{dim} ({call.layout}); {SWIGLU_NOTE}", opset)
 
 
 # ---- bias_act: the activation's graph on z = x * scale + b (multiact.backend.onnx_graphs), b (and scale) along dim
 
 
-def _bias_act_to_onnx(dtype: str, grad: Any, from_output: bool, params: dict):
+def bias_act_model(*, dtype: str, ndim: int, forms: tuple[str | None, str | None], opset: int = OPSET,
+                   **params: Any) -> Any:
+    """The forward model of bias_act on x of rank ndim with b and scale in `forms` (each "c": one value per
+    channel along dim, "f": x's shape, None: absent); dtype float16, float32 or bfloat16."""
+    dtype = _dtype_name(dtype, "bias_act_model()")
+    opset = G.check_opset(opset, "bias_act_model()")
+    if dtype == "bfloat16":
+        return bfloat16_model(bias_act_model(dtype="float32", ndim=ndim, forms=forms, opset=opset, **params))
+    return _bias_act_to_onnx(dtype, False, False, {**params, "ndim": ndim}, opset, forms)
+
+
+def _bias_act_to_onnx(dtype: str, grad: Any, from_output: bool, params: dict, opset: int = OPSET,
+                      forms: tuple[str | None, str | None] | None = None):
     """to_onnx("bias_act", act=..., dim=..., gain=..., clamp=..., ndim=..., scale=False, **act_params): inputs
     `x` (ndim dynamic dims), `b` (x.shape[dim],) and with scale=True `scale` (the same); output `y`.  With
     grad=True: inputs `dy`, `x`, `b`[, `scale`]; outputs `dx`, `db` (summed over every axis but dim, in float64,
-    then x's dtype)[, `dscale`]."""
+    then x's dtype)[, `dscale`].  forms (b's, scale's): "c" one value per channel along dim, "f" x's shape, None
+    absent (the graph has no such input); default ("c", "c" with scale=True, else None)."""
     from onnx import helper
 
     from . import fused_bias_act as B
@@ -431,6 +470,7 @@ def _bias_act_to_onnx(dtype: str, grad: Any, from_output: bool, params: dict):
     if not isinstance(with_scale, bool):
         raise ValueError(f"{fn}: scale must be True or False (whether the model takes a scale input), "
                          f"got {with_scale!r}")
+    b_form, s_form = forms if forms is not None else ("c", "c" if with_scale else None)
     ndim = int(ndim)
     own = {k: v for k, v in params.items() if k in B.DEFN.param_names}
     extra = {k: v for k, v in params.items() if k not in B.DEFN.param_names}
@@ -444,18 +484,18 @@ def _bias_act_to_onnx(dtype: str, grad: Any, from_output: bool, params: dict):
     g = G.Graph(G.BIAS_CT)
     elem, f64 = G.elem(dtype), G.elem(G.BIAS_CT)
     x_shape = [("C" if i == axis else f"d{i}") for i in range(ndim)]
-    sides = ["b"] + (["scale"] if with_scale else [])
+    sides = {n: f for n, f in (("b", b_form), ("scale", s_form)) if f is not None}
     names = (["dy"] if grad else []) + ["x"]
     inputs = [helper.make_tensor_value_info(n, elem, x_shape) for n in names]
-    inputs += [helper.make_tensor_value_info(n, elem, ["C"]) for n in sides]
+    inputs += [helper.make_tensor_value_info(n, elem, ["C"] if f == "c" else x_shape) for n, f in sides.items()]
     tail = tuple(range(1, ndim - axis))  # (C,) -> (C, 1, ..., 1): broadcast along dim
 
-    def along(v: str) -> str:
-        return g.op("Unsqueeze", v, g.ints(*tail)) if tail else v
+    def along(v: str, form: str) -> str:
+        return g.op("Unsqueeze", v, g.ints(*tail)) if tail and form == "c" else v
 
     v32 = {n: G.to32(g, n, dtype) for n in ("x", *sides)}
-    b32 = along(v32["b"])
-    s32 = along(v32["scale"]) if with_scale else None
+    b32 = along(v32["b"], b_form) if "b" in sides else None
+    s32 = along(v32["scale"], s_form) if "scale" in sides else None
     z = G.bias_act_z(g, v32["x"], b32, s32)
     if grad:
         dz = G.bias_act_dz(g, act_key, p, g.op("Cast", "dy", to=f64), z)
@@ -463,16 +503,18 @@ def _bias_act_to_onnx(dtype: str, grad: Any, from_output: bool, params: dict):
         outputs = [(dz if s64 is None else g.mul(dz, s64), "dx", x_shape, elem)]
         others = [i for i in range(ndim) if i != axis]
 
-        def total(v: str) -> str:  # 1-D x: one channel per element, nothing to sum
-            return g.op("ReduceSum", v, g.ints(*others), keepdims=0) if others else v
+        def total(v: str, form: str) -> str:  # per channel; 1-D x: one channel per element, nothing to sum
+            return g.op("ReduceSum", v, g.ints(*others), keepdims=0) if others and form == "c" else v
 
-        outputs.append((total(dz), "db", ["C"], elem))
-        if with_scale:
-            outputs.append((total(g.mul(dz, g.op("Cast", "x", to=f64))), "dscale", ["C"], elem))
+        if "b" in sides:
+            outputs.append((total(dz, b_form), "db", ["C"] if b_form == "c" else x_shape, elem))
+        if "scale" in sides:
+            outputs.append((total(g.mul(dz, g.op("Cast", "x", to=f64)), s_form), "dscale",
+                            ["C"] if s_form == "c" else x_shape, elem))
     else:
         outputs = [(G.bias_act_forward(g, act_key, p, z), "y", x_shape, elem)]
     what = "backward" if grad else "forward"
     settings = ", ".join(f"{k}={v!r}" for k, v in {**own, **extra, "ndim": ndim, "scale": with_scale}.items())
     return G.bias_model(g, f"multiact_bias_act_{what}", inputs, outputs,
-                       f"multiact bias_act({settings}) [{call.key}, {p}] {what}, {dtype}; b (and scale) along dim "
-                       f"{call.dim}")
+                        f"multiact bias_act({settings}) [{call.key}, {p}] {what}, {dtype}; b (and scale) along dim "
+                        f"{call.dim}", opset)

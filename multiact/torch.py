@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -529,6 +530,12 @@ for _spec in OPS.values():
 del _spec
 
 
+def _exporting_onnx() -> bool:
+    """Whether torch.onnx.export is tracing (torch.onnx is imported by then)."""
+    onnx = sys.modules.get("torch.onnx")
+    return onnx is not None and onnx.is_in_onnx_export()
+
+
 def _float(v: Any) -> Any:
     """A float parameter as the schema takes it (ints and NumPy scalars as float; anything else as given,
     for the schema to refuse by name)."""
@@ -553,7 +560,7 @@ def _apply(spec: OpSpec, x: torch.Tensor, params: dict, inplace: bool, backend: 
             learn = learn.reshape(())
     args = [learn if n == s.learn else _float(params[n]) if k == "float" else params[n]
             for n, k in zip(s.names, (p.kind for p in spec.params), strict=True)]
-    if not inplace:
+    if not inplace or _exporting_onnx():  # an exported graph has no in-place op: the out-of-place one
         return s.fwd(x, *args, backend)
     if torch.is_grad_enabled() and (x.requires_grad or (learn is not None and learn.requires_grad)):
         from_y = learn is None and spec.supports_y(spec.validate(dict(zip(s.names, args, strict=True))), x.dtype)
@@ -1130,7 +1137,7 @@ class _BiasActSet:
         self.grad = _define("bias_act_grad", [T("dy", "Tensor"), T("x", "Tensor"), *sides, *tail], "Tensor[]",
                             self._backward, self._fake_backward)
         self.fwd.register_autograd(self._fwd_backward, setup_context=self._setup)
-        self.grad.register_autograd(self._refuse, setup_context=self._setup_none)
+        self.grad.register_autograd(self._grad_backward, setup_context=self._setup_grad)
 
     def _given(self, vals):
         k = len(self.names)
@@ -1188,9 +1195,89 @@ class _BiasActSet:
             res[:3] = [r if n else None for r, n in zip(res[:3], need[:3], strict=True)]
         return tuple(res)
 
-    def _refuse(self, ctx, *grads):
-        raise _second_order_error("multiact.bias_act_grad (double backward through bias_act)",
-                                  "its second derivative is not built yet")
+    # Second order.  With z = x * s + b (s, b broadcast along dim, or of x's shape), a = act(z), the mask
+    # m = |a * gain| <= clamp and e = dy * gain * m, the backward is dz = act_grad(e, z), dx = dz * s, db = sum(dz),
+    # dscale = sum(dz * x) (sums over every axis but dim; none for a full-shape b or scale).  For upstream
+    # gradients (Gdx, Gdb, Gds) of its outputs, Gz' = Gdx * s + Gdb + Gds * x is dz's, and its own backward is
+    #     d(dy)    = gain * m * act_grad(Gz', z)
+    #     Gz       = act_grad2(Gz', e, z)                       (the activation's f'', multiact.backward2)
+    #     d(x)     = Gz * s + Gds * dz,   d(b) = sum(Gz),   d(scale) = sum(Gz * x) + sum(Gdx * dz)
+    # with the activation's own custom ops (linear: act_grad the identity, act_grad2 zero); m is piecewise
+    # constant, so the clamp adds no term of its own.  Half types compute z in float32, as the kernels do.
+
+    def _setup_grad(self, ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:4])
+        ctx.vals = inputs[4:]
+
+    def _grad_backward(self, ctx, *grads):
+        dy, x, b, scale = ctx.saved_tensors
+        if len(grads) == 1 and isinstance(grads[0], (list, tuple)):
+            grads = tuple(grads[0])
+        grads = iter(grads)
+        g_dx = next(grads)
+        g_db = next(grads) if b is not None else None
+        g_ds = next(grads) if scale is not None else None
+        given, extra, backend = self._given(ctx.vals)
+        fn = fused_bias_act.label("backward")
+        call = fused_bias_act.resolve(given, extra, fn)
+        dim = fused_bias_act.axis_of(fn, tuple(x.shape), call.dim)
+        ct = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+        act = SETS.get(call.act.name)  # None: linear, the identity
+        args = act.args(call.act_p, backend) if act is not None else ()
+        gain, clamp = call.kp["gain"], call.kp["clamp"]
+
+        def wide(t):
+            return None if t is None else t.to(ct)
+
+        def along(t):  # (C,) along dim, or x's shape
+            return t if t is None or t.shape == x.shape else t.reshape([-1 if i == dim else 1 for i in range(x.ndim)])
+
+        def total(t, like):  # summed back to like's shape (per channel), in like's dtype
+            if like.shape != x.shape:
+                t = t.sum([i for i in range(x.ndim) if i != dim]).reshape(like.shape)
+            return t.to(like.dtype)
+
+        xw, dyw = wide(x), wide(dy)
+        s, bb = along(wide(scale)), along(wide(b))
+        z = xw if s is None else xw * s
+        z = z if bb is None else z + bb
+        e = dyw * gain
+        zero = torch.zeros_like(z)
+        if clamp != math.inf:
+            a = z if act is None else act.fwd(z, *args)
+            keep = ~((a * gain).abs() > clamp)
+            e = torch.where(keep, e, zero)
+        dz = e if act is None else act.grad(e, z, *args)
+        gz_ = zero if g_dx is None else wide(g_dx) * (1 if s is None else s)
+        if g_db is not None:
+            gz_ = gz_ + along(wide(g_db))
+        if g_ds is not None:
+            gz_ = gz_ + along(wide(g_ds)) * xw
+        need = ctx.needs_input_grad
+        # one per argument as the dispatcher passed it (arguments equal to their defaults are dropped, and a
+        # custom op with a list output checks the structure)
+        res: list[Any] = [None] * len(need)
+        if need[0]:
+            d_dy = (gz_ if act is None else act.grad(gz_, z, *args)) * gain
+            res[0] = (d_dy if clamp == math.inf else torch.where(keep, d_dy, zero)).to(dy.dtype)
+        if any(need[1:4]):
+            if act is not None and act.grad2 is None:
+                raise _second_order_error("multiact.bias_act_grad (double backward through bias_act)",
+                                          "it needs multiact.backward2, which this version of multiact does not have")
+            gz = zero if act is None else act.grad2(gz_, e, z, *args)
+            if need[1]:
+                d_x = gz if s is None else gz * s
+                if g_ds is not None:
+                    d_x = d_x + along(wide(g_ds)) * dz
+                res[1] = d_x.to(x.dtype)
+            if need[2] and b is not None:
+                res[2] = total(gz, b)
+            if need[3] and scale is not None:
+                d_s = gz * xw
+                if g_dx is not None:
+                    d_s = d_s + wide(g_dx) * dz
+                res[3] = total(d_s, scale)
+        return tuple(res)
 
 
 BIAS_ACT_SET = _BiasActSet()
@@ -1208,8 +1295,9 @@ def bias_act(x: torch.Tensor, b: torch.Tensor | None = None, act: str = "linear"
     return BIAS_ACT_SET.fwd(x, b, scale, *BIAS_ACT_SET.args(given, act_params, backend))
 
 
-bias_act.__doc__ = (f"{fused_bias_act.DEFN.summary} Differentiable: the backward runs multiact.bias_act_grad "
-                    f"(dx, db, dscale in one pass).\n\n    {fused_bias_act.DEFN.formula}\n\n"
+bias_act.__doc__ = (f"{fused_bias_act.DEFN.summary} Differentiable twice: the backward runs multiact.bias_act_grad "
+                    f"(dx, db, dscale in one pass), its own backward the activation's f'' (multiact.backward2)."
+                    f"\n\n    {fused_bias_act.DEFN.formula}\n\n"
                     "b, scale: None, one value per channel (x.shape[dim],) or x's shape; parameters as "
                     "multiact.bias_act's; backend= runs forward and backward on that backend only.")
 
@@ -1251,6 +1339,22 @@ bias_act.__module__ = __name__
 FUNCTIONS["bias_act"] = bias_act
 MODULES["bias_act"] = BiasAct
 __all__ += ["BiasAct", "bias_act"]
+
+
+# ---- torch.onnx.export: every forward op translated into standard ONNX (multiact/torch_onnx.py) -------------
+
+from . import torch_onnx  # noqa: E402
+
+for _name, _s in SETS.items():  # <op> and <op>_t (a learnable parameter); inplace=True exports as <op>
+    torch_onnx.add(_name, torch_onnx.activation_builder(_s.spec, _s.learn))
+for _g in GATED_SETS.values():
+    torch_onnx.add(_g.cdef.name, torch_onnx.gated_builder(_g.cdef, _decode, two_inputs=False))
+    torch_onnx.add(f"{_g.cdef.name}_up", torch_onnx.gated_builder(_g.cdef, _decode, two_inputs=True))
+torch_onnx.add(BIAS_ACT_SET.cdef.name, torch_onnx.bias_act_builder(BIAS_ACT_SET.cdef, _decode))
+del _name, _s, _g
+torch_onnx.install()
+onnx_translations = torch_onnx.onnx_translations
+export_onnx = torch_onnx.export_onnx
 
 
 # ---- samples for torch.library.opcheck (tests/test_torch_compile.py, scripts/opcheck_all.py) --------------
@@ -1317,8 +1421,7 @@ def opcheck_samples(dtype: torch.dtype, *, every_case: bool = False) -> list[tup
         args = ba.args({**{p.name: p.default for p in ba.cdef.params}, **own}, extra, None)
         x, b, sc = t(2, 3, 4), t(3), t(3, lo=0.5, hi=2.0)
         out += [("bias_act", ba.fwd, (x, b, sc, *args)), ("bias_act", ba.fwd, (x, None, None, *args)),
-                ("bias_act_grad", ba.grad, (t(2, 3, 4, grad=False), t(2, 3, 4, grad=False), t(3, grad=False),
-                                            t(3, grad=False), *args))]
+                ("bias_act_grad", ba.grad, (t(2, 3, 4), t(2, 3, 4), t(3), t(3, lo=0.5, hi=2.0), *args))]
     return out
 
 
@@ -1326,7 +1429,8 @@ def opcheck_samples(dtype: torch.dtype, *, every_case: bool = False) -> list[tup
 
 # Public beside the functions and modules (which `from multiact.torch import *` brings): the tables of
 # them, the registered custom ops and the samples opcheck runs on.
-_EXTRAS = ("CUSTOM_OPS", "FUNCTIONS", "MODULES", "NAMESPACE", "module_name", "opcheck_samples")
+_EXTRAS = ("CUSTOM_OPS", "FUNCTIONS", "MODULES", "NAMESPACE", "export_onnx", "module_name", "onnx_translations",
+           "opcheck_samples")
 
 
 def __dir__() -> list[str]:

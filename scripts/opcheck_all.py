@@ -1,5 +1,5 @@
 """torch.library.opcheck on every multiact custom op, every parameter case of the definitions, float32 and
-float64 (tests/test_torch_compile.py runs a subset); then torch.compile(fullgraph=True) with inductor of a
+float64 (tests/test_torch_compile.py runs one sample of each op); then torch.compile(fullgraph=True) with inductor of a
 model using every multiact.torch module, against eager.  About 2-4 minutes on a 2-core VM.
 
     python scripts/opcheck_all.py [--no-compile]

@@ -10,7 +10,7 @@ rounded to float32 (`round_params`), `w` the array parameter's graph value (prel
 accuracy="runtime" forwards are ONNX Runtime's own operators: a `@_runtime(key)` body where the op is not
 one node of its definition's operator, else that node as the definition spells it (`OpDef.onnx`,
 `onnx_attrs`, where its parameters are `onnx_fixed`'s), else the contract graph.  Which graphs are ORT's own
-operators under accuracy="contract" (`BUILTIN_OK`) and which compute in float64 (`F64_FORWARD`,
+operators under accuracy="auto" (`BUILTIN_OK`) and which compute in float64 (`F64_FORWARD`,
 `F64_BACKWARD`) are measured (ONNX Runtime 1.32's CPU kernels); tests/test_onnx_export.py and
 tests/test_onnx_contract.py measure them again.  The gated and bias_act kernels are the activation's graphs
 on the gate (times up) or on x * scale + b.  `onnx` is imported lazily.
@@ -34,9 +34,16 @@ from multiact import reference as R
 from multiact._opdefs import F32_MAX, tanhshrink_series
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS, OpSpec, value_key
 
-OPSET = 20  # Gelu with `approximate` exists from opset 20
+OPSET = 20  # the default opset: Gelu with `approximate` exists from opset 20
+# The lowest opset the graphs are written for: Unsqueeze's and ReduceSum's axes as inputs (13), Shape's start and
+# end (15, the gated graphs' split).  ORT's own operators that a lower opset lacks (Gelu below 20, Mish below 18)
+# give way to the composite there.
+MIN_OPSET = 15
 IR_VERSION = 10
 DTYPES = ("float16", "float32")
+# "auto" (the default): ORT's own operator where its measured error meets the contract (BUILTIN_OK), else the
+# composite; "contract": the composite (the registered body) always; "runtime": ORT's own operators regardless.
+ACCURACIES = ("auto", "contract", "runtime")
 
 _HS_ALPHA32 = float(np.float32(1.0 / 6.0))  # hardsigmoid's alpha as the kernels hold it
 _TANHSHRINK_SERIES_BELOW = 0.5
@@ -47,7 +54,7 @@ def _always(p: Mapping[str, Any]) -> bool:
     return True
 
 
-# accuracy="contract": forward one-node graphs (ORT's own operator) where ONNX Runtime 1.32's CPU kernel meets the
+# accuracy="auto": forward one-node graphs (ORT's own operator) where ONNX Runtime 1.32's CPU kernel meets the
 # op's Tolerance on the consistency suite's inputs (specials, kinks, the tails): op -> (the dtypes, the parameters
 # where it does); re-checked by tests/test_onnx_export.py and tests/test_onnx_contract.py.
 BUILTIN_OK: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any]], bool]]] = {
@@ -57,7 +64,10 @@ BUILTIN_OK: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any]], bool]
     # ORT's LeakyRelu takes x = -0 as positive: a negative slope (-0.0 too) gives the wrong sign of zero
     "leaky_relu": (("float32", "float16"), lambda p: math.copysign(1.0, p["negative_slope"]) > 0),
     "hardsigmoid": (("float32", "float16"), lambda p: p["alpha"] == _HS_ALPHA32 and p["beta"] == 0.5),  # measured there
-    "softplus": (("float32", "float16"), lambda p: p["beta"] == 1.0 and p["threshold"] >= 20.0),
+    # ORT's Softplus (a threshold of its own composed around it: Greater, Where) and logsigmoid as -Softplus(-x); a
+    # beta != 1 around it (Mul, Div) rounds twice in float16 (5 ulp)
+    "softplus": (("float32", "float16"), lambda p: p["beta"] == 1.0),
+    "logsigmoid": (("float32", "float16"), _always),
     # ORT's Elu takes x = 0 as positive: a negative alpha (-0.0 too) gives +0 at x = +0
     "elu": (("float16",), lambda p: math.copysign(1.0, p["alpha"]) > 0),
     "tanh": (("float16",), _always),
@@ -735,6 +745,12 @@ def _swish_beta_grad(g, dy, x, p, axis, ndim):
 @_graph(("prelu", "param_grad"))
 def _prelu_weight_grad(g, dy, x, p, axis, ndim):  # one sum per channel: over every axis but `axis` (rank 0: itself)
     contrib = g.where(g.gt(x, 0.0), 0.0, g.mul(x, dy))
+    if ndim is None:  # x of unknown rank: the other axes from the rank in the graph
+        rank = g.op("Size", g.op("Shape", x))
+        a = g.c(axis, "int64") if axis >= 0 else g.op("Add", rank, g.c(axis, "int64"))
+        one, zero = g.c(1, "int64"), g.c(0, "int64")
+        others = g.op("Concat", g.op("Range", zero, a, one), g.op("Range", g.op("Add", a, one), rank, one), axis=0)
+        return g.op("ReduceSum", contrib, others, keepdims=0, noop_with_empty_axes=1)
     others = [i for i in range(ndim) if i != axis]
     return g.op("ReduceSum", contrib, g.ints(*others), keepdims=0) if others and axis is not None else contrib
 
@@ -822,22 +838,49 @@ def runtime_forward(g: Graph, spec: OpSpec, key: str, x: str, p: dict, w: str | 
 
 
 def uses_builtin(spec: OpSpec, dtype: str, p: Mapping[str, Any]) -> bool:
-    """Whether accuracy="contract" exports the forward as ORT's own operator (measured: see BUILTIN_OK)."""
+    """Whether ORT's own operator meets the contract for the forward (measured: see BUILTIN_OK)."""
     dtypes, when = BUILTIN_OK.get(spec.name, ((), _always))
     return dtype in dtypes and when(p)
 
 
-def compute_dtype(spec: OpSpec, key: str, direction: str, dtype: str, p: Mapping[str, Any], accuracy: str) -> str:
-    """The dtype the graph computes in: dtype itself for ORT's own operators (float32 for float16 where ORT's
-    kernel is float32 only), float32 for the composites that meet the contract there, float64 for the rest
-    (and every parameter gradient, a sum)."""
+@cache
+def onnx_has(op_type: str, opset: int) -> bool:
+    """Whether ONNX's default domain has op_type at this opset."""
+    import onnx.defs
+
+    try:
+        onnx.defs.get_schema(op_type, opset, "")
+    except onnx.defs.SchemaError:
+        return False
+    return True
+
+
+def forward_form(spec: OpSpec, key: str, dtype: str, p: Mapping[str, Any], accuracy: str = "auto",
+                 opset: int = OPSET, tensor_params: tuple[str, ...] = ()) -> str | None:
+    """What the forward graph is: runtime_graph's kind ("registered" or "node": ORT's own operators) or None (the
+    registered composite).  accuracy="contract" always the composite; "auto" ORT's operator where BUILTIN_OK says it
+    meets the contract (never for a parameter given as a tensor, whose value is not known); "runtime" ORT's
+    operators regardless; all three the composite where ORT's operators do not exist at `opset`."""
+    if accuracy == "contract" or (accuracy == "auto" and (tensor_params or not uses_builtin(spec, dtype, p))):
+        return None
+    kind = runtime_graph(spec, key, p)
+    if kind is None or (kind == "node" and tensor_params):  # a node's attributes are values
+        return None
+    g = Graph(dtype)  # the ORT graph built aside, to see which operators it needs
+    w = "w" if spec.defn.array_param else None
+    runtime_forward(g, spec, key, "x", dict(p), w)
+    return kind if all(onnx_has(n.op_type, opset) for n in g.nodes) else None
+
+
+def compute_dtype(spec: OpSpec, direction: str, dtype: str, form: str | None, accuracy: str) -> str:
+    """The dtype the graph computes in: dtype itself for ORT's own operators (form not None; float32 for float16
+    where ORT's kernel is float32 only), float32 for the composites that meet the contract there, float64 for the
+    rest (and every parameter gradient, a sum)."""
     if direction == "param_grad":
         return "float64"
-    if direction == "forward" and (accuracy == "runtime" or uses_builtin(spec, dtype, p)):
-        kind = runtime_graph(spec, key, p)
-        if kind is not None:
-            f32_only = kind == "node" and spec.defn.onnx in _F32_ONLY
-            return "float32" if f32_only and dtype == "float16" else dtype
+    if direction == "forward" and form is not None:
+        f32_only = form == "node" and spec.defn.onnx in _F32_ONLY
+        return "float32" if f32_only and dtype == "float16" else dtype
     if accuracy == "runtime":
         return "float32"
     f64 = F64_FORWARD if direction == "forward" else F64_BACKWARD
@@ -845,6 +888,45 @@ def compute_dtype(spec: OpSpec, key: str, direction: str, dtype: str, p: Mapping
 
 
 # ---- the model of one activation kernel -------------------------------------------------------------------
+
+
+def check_opset(opset: Any, fn: str) -> int:
+    """opset as an int in [MIN_OPSET, the installed onnx's newest]; ValueError naming fn otherwise."""
+    import onnx.defs
+
+    top = onnx.defs.onnx_opset_version()
+    if isinstance(opset, bool) or not isinstance(opset, int | np.integer) or not MIN_OPSET <= opset <= top:
+        raise ValueError(f"{fn}: opset must be an int from {MIN_OPSET} (the graphs' own operators) to {top} (the "
+                         f"installed onnx's newest), got {opset!r}")
+    return int(opset)
+
+
+def make_model(graph: Any, opset: int = OPSET) -> Any:
+    """A checked model of graph at `opset` (the IR version that opset needs, at least IR_VERSION)."""
+    from onnx import helper
+
+    imports = [helper.make_opsetid("", opset)]
+    model = helper.make_model(graph, opset_imports=imports, producer_name="multiact")
+    model.ir_version = max(IR_VERSION, helper.find_min_ir_version_for(imports))
+    check(model)
+    return model
+
+
+def check(model: Any) -> None:
+    """onnx.checker on model.  An input or output of unknown rank has no `shape` field, as ONNX's IR allows and
+    ONNX Runtime takes; the checker wants the field on a graph's inputs and outputs, so it checks a copy where
+    those have one (empty)."""
+    import onnx
+
+    g = model.graph
+    if all(v.type.tensor_type.HasField("shape") for v in (*g.input, *g.output)):
+        onnx.checker.check_model(model)
+        return
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for v in (*copy.graph.input, *copy.graph.output):
+        v.type.tensor_type.shape.SetInParent()
+    onnx.checker.check_model(copy)
 
 
 def round_params(spec: OpSpec, params: Mapping[str, Any]) -> dict:
@@ -866,22 +948,22 @@ def default_shape(spec: OpSpec) -> list[str]:
     return ["N", "C", "S"] if spec.defn.array_param else ["N"]
 
 
-def activation_model(spec: OpSpec, p: dict, direction: str, dtype: str, x_shape: list, axis: int | None,
-                     accuracy: str = "contract") -> Any:
+def activation_model(spec: OpSpec, p: dict, direction: str, dtype: str, x_shape: list | None, axis: int | None,
+                     accuracy: str = "auto", opset: int = OPSET, tensor_params: tuple[str, ...] = ()) -> Any:
     """The model of one op's kernel in `direction` (forward, backward, backward_y, param_grad), p from
-    round_params: inputs `x` (backward: `dy`, `x`; backward_y: `dy`, `y`) of x_shape in dtype, and the array
-    parameter (1-D "W", broadcast along `axis`, a non-negative axis of x_shape); output `y`, `dx` or `dparam`
-    (float64)."""
-    import onnx
+    round_params: inputs `x` (backward: `dy`, `x`; backward_y: `dy`, `y`) of x_shape in dtype (None: any rank),
+    and the array parameter (1-D "W", broadcast along `axis`, a non-negative axis of x_shape, or any axis where the
+    rank is unknown); output `y`, `dx` or `dparam` (float64).  tensor_params: scalar parameters that are inputs of
+    the model (0-d, dtype) instead of constants (a learned swish beta)."""
     from onnx import helper
 
     op, key, array = spec.name, spec.kernel_key(p), spec.defn.array_param
     pgrad = direction == "param_grad"
     grad = direction != "forward"
     what = "param_grad" if pgrad else ("backward" if grad else "forward")
-    ndim = len(x_shape)
-    builtin = what == "forward" and (accuracy == "runtime" or uses_builtin(spec, dtype, p))
-    ct = compute_dtype(spec, key, what, dtype, p, accuracy)
+    ndim = None if x_shape is None else len(x_shape)
+    form = forward_form(spec, key, dtype, p, accuracy, opset, tensor_params) if what == "forward" else None
+    ct = compute_dtype(spec, what, dtype, form, accuracy)
     g = Graph(ct)
     el = elem(dtype)
     names = ["dy", "y" if direction == "backward_y" else "x"] if grad else ["x"]
@@ -889,20 +971,19 @@ def activation_model(spec: OpSpec, p: dict, direction: str, dtype: str, x_shape:
     if array and not pgrad:
         names.append(array)
         inputs.append(helper.make_tensor_value_info(array, el, ["W"]))
+    for n in tensor_params:
+        names.append(n)
+        inputs.append(helper.make_tensor_value_info(n, el, []))
 
     def cast_in(n: str) -> str:
         return n if ct == dtype else g.op("Cast", n, to=elem(ct))
 
     vals = {n: cast_in(n) for n in names}
-    if array in vals:  # (W,) -> (W, 1, ..., 1): along axis; rank 0: the one weight as a scalar
-        w = vals[array]
-        if not ndim:
-            w = g.op("ReduceMax", w, keepdims=0)
-        elif ndim - axis > 1:
-            w = g.op("Unsqueeze", w, g.ints(*range(1, ndim - axis)))
-        vals[array] = w
+    p = {**p, **{n: vals[n] for n in tensor_params}}
+    if array in vals:
+        vals[array] = along_axis(g, vals[array], "x" if "x" in names else "y", axis, ndim)
     weight = vals.get(array) if array else None
-    if builtin:
+    if form is not None:
         out = runtime_forward(g, spec, key, vals["x"], p, weight)
     elif pgrad:
         out = param_grad(g, key, vals["dy"], vals["x"], p, axis, ndim)
@@ -916,7 +997,7 @@ def activation_model(spec: OpSpec, p: dict, direction: str, dtype: str, x_shape:
     out_name = "dparam" if pgrad else ("dx" if grad else "y")
     out_elem = elem("float64") if pgrad else el
     if pgrad:  # a scalar parameter's gradient is one sum; an array parameter's one per channel
-        out_shape: list = ["W"] if spec.defn.param_grad == array and ndim else []
+        out_shape: list | None = ["W"] if spec.defn.param_grad == array and ndim != 0 else []
     else:
         out_shape = x_shape
     if (ct == dtype or pgrad) and g.nodes and g.nodes[-1].output[0] == out:
@@ -926,20 +1007,37 @@ def activation_model(spec: OpSpec, p: dict, direction: str, dtype: str, x_shape:
     else:
         g.nodes.append(helper.make_node("Cast", [out], [out_name], to=el))
     label = f"d{spec.defn.param_grad}" if pgrad else direction
-    settings = ", ".join(f"{k}={v!r}" for k, v in p.items() if k != array)
+    settings = ", ".join(f"{k}={v!r}" for k, v in p.items() if k != array and k not in tensor_params)
     graph = helper.make_graph(
         g.nodes, f"multiact_{op}_{label}", inputs,
         [helper.make_tensor_value_info(out_name, out_elem, out_shape)], g.inits,
         doc_string=f"multiact {op}({settings}) {label}, {dtype}, accuracy={accuracy}, computed in {ct}",
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="multiact")
-    model.ir_version = IR_VERSION
-    onnx.checker.check_model(model)
-    return model
+    return make_model(graph, opset)
+
+
+# The longest shape a weight along an axis of an input of unknown rank is reshaped to: [-1, 1, ..., 1]
+_MAX_RANK = 64
+
+
+def along_axis(g: Graph, w: str, x: str, axis: int | None, ndim: int | None) -> str:
+    """A 1-D weight (W,) as (W, 1, ..., 1): along `axis` of x (rank 0: the one weight as a scalar).  Where x's rank
+    is unknown (ndim None) a negative axis still fixes the trailing ones; a non-negative one takes them from the
+    rank in the graph (Shape(Shape(x)))."""
+    if ndim == 0:
+        return g.op("ReduceMax", w, keepdims=0)
+    if ndim is not None:
+        return g.op("Unsqueeze", w, g.ints(*range(1, ndim - axis))) if ndim - axis > 1 else w
+    if axis < 0:
+        return g.op("Unsqueeze", w, g.ints(*range(1, -axis))) if axis < -1 else w
+    rank = g.op("Shape", g.op("Shape", x))
+    n = g.op("Max", g.op("Min", rank, g.op("Sub", rank, g.ints(axis))), g.ints(0))  # rank - axis; 0 at rank 0
+    target = g.op("Slice", g.ints(-1, *([1] * (_MAX_RANK - 1))), g.ints(0), n)
+    return g.op("Reshape", w, target)
 
 
 def kernel_model(op: str, direction: str, dtype: str, params: Mapping[str, Any]) -> Any:
-    """The onnxruntime / ascend backends' kernel of one op (accuracy="contract"): 1-D inputs, or (N, C, S) with
+    """The onnxruntime / ascend backends' kernel of one op (accuracy="auto"): 1-D inputs, or (N, C, S) with
     the weight along axis 1 for an op with an array parameter (the backends reshape to it)."""
     spec = OPS[op]
     p = round_params(spec, params)
@@ -994,9 +1092,9 @@ def gated_params(kp: dict) -> dict:
     return {k: float(np.float32(v)) if isinstance(v, float) and math.isfinite(v) else v for k, v in kp.items()}
 
 
-def gated_model(g: Graph, name: str, dtype: str, inputs: list, outputs: list[tuple[str, str, Any]], doc: str):
+def gated_model(g: Graph, name: str, dtype: str, inputs: list, outputs: list[tuple[str, str, Any]], doc: str,
+                opset: int = OPSET):
     """The model of a gated graph: each (graph value, output name, shape) cast once to dtype."""
-    import onnx
     from onnx import helper
 
     el = elem(dtype)
@@ -1005,13 +1103,10 @@ def gated_model(g: Graph, name: str, dtype: str, inputs: list, outputs: list[tup
     graph = helper.make_graph(g.nodes, name, inputs,
                               [helper.make_tensor_value_info(n, el, shape) for _, n, shape in outputs], g.inits,
                               doc_string=doc)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="multiact")
-    model.ir_version = IR_VERSION
-    onnx.checker.check_model(model)
-    return model
+    return make_model(graph, opset)
 
 
-def gated_kernel_onnx(key: str, direction: str, dtype: str, kp: dict):
+def gated_kernel_onnx(key: str, direction: str, dtype: str, kp: dict, opset: int = OPSET):
     """The `gated:<act key>` kernel of the ONNX Runtime backends: 1-D inputs of one dynamic length,
     `gate`, `up` (backward: `dy`, `gate`, `up`), outputs `y` (backward: `dgate`, `dup`).  kp holds the
     activation's validated parameters and the family's scalars (limit, shift)."""
@@ -1032,7 +1127,7 @@ def gated_kernel_onnx(key: str, direction: str, dtype: str, kp: dict):
         outputs = [(gated_forward(g, act_key, p, v["gate"], v["up"]), "y", ["N"])]
     settings = ", ".join(f"{k}={val!r}" for k, val in p.items())
     return gated_model(g, f"multiact_{key.replace(':', '_')}_{direction}", dtype, inputs, outputs,
-                        f"multiact {key}({settings}) {direction}, {dtype}")
+                        f"multiact {key}({settings}) {direction}, {dtype}", opset)
 
 
 # ---- bias_act: z = x * scale + b in the compute precision, the activation's graph on z in float64 ---------
@@ -1080,9 +1175,9 @@ def bias_act_params(act_p: dict, gain: float, clamp: float) -> dict:
     return gated_params({**act_p, "gain": float(gain), "clamp": float(clamp)})
 
 
-def bias_model(g: Graph, name: str, inputs: list, outputs: list[tuple[str, str, Any, Any]], doc: str):
+def bias_model(g: Graph, name: str, inputs: list, outputs: list[tuple[str, str, Any, Any]], doc: str,
+               opset: int = OPSET):
     """A bias_act model: each (graph value, output name, shape, element type) cast once to its type."""
-    import onnx
     from onnx import helper
 
     for value, out_name, _, el in outputs:
@@ -1090,10 +1185,7 @@ def bias_model(g: Graph, name: str, inputs: list, outputs: list[tuple[str, str, 
     graph = helper.make_graph(g.nodes, name, inputs,
                               [helper.make_tensor_value_info(n, e, shape) for _, n, shape, e in outputs], g.inits,
                               doc_string=doc)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="multiact")
-    model.ir_version = IR_VERSION
-    onnx.checker.check_model(model)
-    return model
+    return make_model(graph, opset)
 
 
 def to32(g: Graph, v: str, dtype: str) -> str:
