@@ -125,9 +125,13 @@ def _torch_ready() -> None:
     TENSOR[0], BF16[0], STRIDED[0], EMPTY_LIKE[0] = torch.Tensor, torch.bfloat16, torch.strided, torch.empty_like
     if C is not None:
         tc = torch._C
-        C.set_torch(torch.Tensor, torch.compiler, torch.empty_like, torch.strided, tc.TensorBase.is_neg,
-                    tc.is_grad_enabled, tc._is_tracing, tc._are_functorch_transforms_active,
-                    tc._is_torch_function_mode_enabled, tc._len_torch_dispatch_stack)
+        try:
+            C.set_torch(torch.Tensor, torch.compiler, torch.empty_like, torch.strided,
+                        (getattr(tc, "TensorBase", None) or tc._TensorBase).is_neg, tc.is_grad_enabled, tc._is_tracing,
+                        tc._are_functorch_transforms_active, tc._is_torch_function_mode_enabled,
+                        tc._len_torch_dispatch_stack)
+        except AttributeError:  # a torch without one of them: tensors take the Python hot path
+            return
         _set_shim(torch)
 
 
