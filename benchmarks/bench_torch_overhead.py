@@ -325,7 +325,9 @@ def main() -> None:
         info = subprocess.run([sys.executable, "-m", "multiact", "info"], capture_output=True, text=True).stdout
         cpu = "\n".join(line for line in info.splitlines() if line.startswith(("CPU", "multiact")))
         with open(args.out, "w") as f:
-            f.write(f"$ python benchmarks/bench_torch_overhead.py {' '.join(sys.argv[1:])}\n{cpu}\n\n{text}\n")
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            f.write(f"$ python benchmarks/bench_torch_overhead.py {' '.join(sys.argv[1:])}\n# run {when}\n{cpu}\n\n"
+                    f"{text}\n")
 
 
 if __name__ == "__main__":
