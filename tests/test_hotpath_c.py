@@ -196,8 +196,9 @@ def test_mt_autograd_and_modes_keep_their_paths():
     """The C path hands autograd calls to _Eager (a grad_fn of its own), and leaves torch function modes to
     the custom ops."""
     torch = pytest.importorskip("torch")
-    import multiact.torch as mt
     from torch.overrides import TorchFunctionMode
+
+    import multiact.torch as mt
 
     x = torch.linspace(-3, 3, 64, dtype=torch.float32)
     for _ in range(3):
