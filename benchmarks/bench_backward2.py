@@ -21,14 +21,16 @@ import numpy as np
 
 import multiact as ma
 from multiact import set_num_threads, vocab
+from multiact.optable import KEYS
 
+# The kernel keys timed, with their parameters (gelu_tanh: gelu with approximate="tanh")
 OPS = {"silu": {}, "gelu": {}, "gelu_tanh": {"approximate": "tanh"}, "mish": {}, "sigmoid": {}, "tanh": {},
        "softplus": {}, "elu": {"alpha": 1.0}, "leaky_relu": {"negative_slope": 0.2}}
 
 
 def _cpu() -> str:
-    """The one-line CPU identity every benchmark header carries (multiact.tools.sysinfo)."""
-    from multiact.tools.sysinfo import cpu
+    """The one-line CPU identity every benchmark header carries (multiact.cli.sysinfo)."""
+    from multiact.cli.sysinfo import cpu
 
     return cpu()["summary"]
 
@@ -54,7 +56,7 @@ def main() -> None:
         x = (rng.standard_normal(args.n) * 4).astype(dt)
         out = np.empty_like(x)
         for name in args.ops.split(","):
-            op, p = ("gelu", OPS[name]) if name == "gelu_tanh" else (name, OPS[name])
+            op, p = KEYS[name].name, OPS[name]
             times: dict[str, list[float]] = {b: [] for b in backends}
             for b in times:
                 ma.backward2(op, g, dy, x, out=out, backend=b, **p)  # compile / warm

@@ -1,7 +1,7 @@
 """native bfloat16 against native float16 and torch bfloat16: 16M elements, 1 thread, into preallocated outputs.
 
 The issue's floor (18): native bf16 at most 1.1x native float16 on every op, forward and backward, and faster
-than torch's bf16 kernels (multiact.tools.peers' torch table: aten's out= forms where torch has them, else the
+than torch's bf16 kernels (multiact.cli.peers' torch table: aten's out= forms where torch has them, else the
 allocating call, marked "alloc").  Every op of the table with a native bf16 kernel, at its default parameters
 (prelu: one weight, 0.25), forward, backward and the y-form where there is one.  Rounds interleave the three
 (each round times every variant once, in a rotated order); the median per variant and the ratios of medians
@@ -27,21 +27,22 @@ import numpy as np
 
 from multiact import consistency as C
 from multiact import registry, set_num_threads
+from multiact.cli import peers
 from multiact.dtypes import bf16_dtype, f32_bits_to_bf16
 from multiact.optable import OPS
-from multiact.tools import peers
 
 
 def _cpu() -> str:
-    """The one-line CPU identity every benchmark header carries (multiact.tools.sysinfo)."""
-    from multiact.tools.sysinfo import cpu
+    """The one-line CPU identity every benchmark header carries (multiact.cli.sysinfo)."""
+    from multiact.cli.sysinfo import cpu
 
     return cpu()["summary"]
 
 
 def _params(op: str) -> dict:
-    if op == "prelu":
-        return {"weight": np.array([0.25], np.float32), "axis": 0}
+    array = OPS[op].defn.array_param
+    if array:  # one weight (prelu's), on a 1-D x
+        return {array: np.array([0.25], np.float32), "axis": 0}
     return OPS[op].validate(C.param_cases(OPS[op])[0])  # the defaults, or the first case (threshold has none)
 
 

@@ -3,7 +3,7 @@
     python benchmarks/bench_composite.py [--threads 1,2] [--quick] [--samples N] [--json F]
 
 Rows (float32 and float16, out= preallocated, implementations interleaved by
-`multiact.tools.bench.time_interleaved`, medians of the samples, ratios in one run):
+`multiact.cli.bench.time_interleaved`, medians of the samples, ratios in one run):
 - swiglu / geglu / reglu forward at [8192, 2*4096] and at 16M outputs: `ma.<op>(x, out=y)` on each host
   backend that has the kernel, against `torch.mul(F.silu(a), b, out=y)` (a, b the halves, views),
   and `ma.silu(a_contiguous, out=y)` with a read of b (the three streams the fused op moves);
@@ -26,8 +26,8 @@ from statistics import median
 import numpy as np
 
 import multiact as ma
-from multiact.tools import sysinfo
-from multiact.tools.bench import host_backends, time_interleaved
+from multiact.cli import sysinfo
+from multiact.cli.bench import host_backends, time_interleaved
 
 
 def _med(samples):
@@ -45,6 +45,9 @@ def _torch():
 
 _TORCH_ACT = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
 SAMPLES = 5  # samples per implementation in the bias_act rows (--samples)
+# The activations the bias_act rows time (--quick: the first two)
+BIAS_ACTS = (("relu", {}), ("leaky_relu", {"negative_slope": 0.2}), ("gelu", {}), ("gelu", {"approximate": "tanh"}),
+             ("silu", {}), ("sigmoid", {}))
 
 
 def gated_rows(shape, dtype, threads, backends, quick):
@@ -112,9 +115,7 @@ def bias_rows(shape, dim, dtype, threads, backends, quick):
     b = rng.standard_normal(c).astype(dtype)
     y = np.empty_like(x)
     rows = []
-    acts = (("relu", {}), ("leaky_relu", {"negative_slope": 0.2})) if quick else (
-        ("relu", {}), ("leaky_relu", {"negative_slope": 0.2}), ("gelu", {}), ("gelu", {"approximate": "tanh"}),
-        ("silu", {}), ("sigmoid", {}))
+    acts = BIAS_ACTS[:2] if quick else BIAS_ACTS
     view = [1] * len(shape)
     view[dim] = c
     for act, kw in acts:
@@ -125,7 +126,8 @@ def bias_rows(shape, dim, dtype, threads, backends, quick):
 def _bias_one(act, kw, x, b, y, shape, dim, dtype, threads, backends, torch, F, rng, view):  # noqa: N803
     rows = []
     label = act + ("(tanh)" if kw.get("approximate") == "tanh" else "")
-    key = "bias_act:" + (act if kw.get("approximate") != "tanh" else "gelu_tanh")
+    spec = ma.ops()[act]
+    key = "bias_act:" + spec.kernel_key(spec.validate(kw))
     impls = {f"ma.bias_act[{be}]": (lambda be=be: ma.bias_act(x, b, act, dim=dim, out=y, backend=be, **kw))
              for be in backends if ma.registry.module(be).supports(key, "forward", np.dtype(dtype).name)}
     f = getattr(ma, act)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from multiact.tools import bench, peers
+from multiact.cli import bench, peers
 
 
 def _env(name: str, default: str) -> list[str]:

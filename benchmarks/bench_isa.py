@@ -24,10 +24,10 @@ import numpy as np
 from bench_bf16_native import _params  # every op at its defaults (prelu: one weight)
 
 from multiact import registry, set_num_threads, vocab
+from multiact.cli.bench import parse_size
+from multiact.cli.sysinfo import cpu
 from multiact.dtypes import f32_bits_to_bf16
 from multiact.optable import OPS
-from multiact.tools.bench import parse_size
-from multiact.tools.sysinfo import cpu
 
 DIRECTIONS = ("forward", "backward", "backward_y")
 

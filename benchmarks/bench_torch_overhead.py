@@ -8,8 +8,8 @@ float32, one thread (torch and multiact), medians of interleaved rounds: every r
 group once, in turn, so a change of load hits them alike; a ratio is the median of the rounds' ratios (its
 spread, the interquartile range of those ratios, follows in brackets, then the ratio of the fastest samples,
 the figure least touched by other processes on a shared machine).  Per op and size, against torch's own:
-  ma(t)    multiact.<op>(t) on a CPU tensor / torch's function (the op's definition's: torch.nn.functional.<op>,
-           torch.sigmoid, torch.tanh)
+  ma(t)    multiact.<op>(t) on a CPU tensor / torch's function (the op's definition's, OpDef.torch:
+           torch.nn.functional.<op>, torch.sigmoid, torch.tanh)
   ma(np)   multiact.<op>(x) on the same values as an ndarray / torch's function on the tensor
   mt       multiact.torch.<op>(t) / torch's function
   mt mod   multiact.torch.<Module>(...)(t) / torch.nn.<Module>(...)(t)
@@ -37,9 +37,8 @@ import sys
 import time
 
 SIZES = {"1K": 1 << 10, "64K": 1 << 16, "4M": 1 << 22}
-# label: (op, parameters).  torch's function is the op's definition's (OpDef.torch), its module multiact.torch's
-# name for it (module_name, PyTorch's spelling), its backward kernel multiact's torch peer (the tools' peers.make,
-# which spells it from the definitions too).
+# label: (op, parameters).  torch's function and backward kernel are multiact's torch peer's (multiact.cli.peers,
+# from the op's definition, OpDef.torch), its module multiact.torch's name for it (module_name, PyTorch's spelling).
 OPS = {
     "ReLU": ("relu", {}),
     "LeakyReLU(0.2)": ("leaky_relu", {"negative_slope": 0.2}),
@@ -86,24 +85,14 @@ def ratio(times: dict[str, list[float]], num: str, den: str) -> tuple[float, flo
     return statistics.median(r), q[2] - q[0], min(times[num]) / min(times[den])
 
 
-def _torch_function(torch, op: str, p: dict):
-    """torch's own function of op (its definition's OpDef.torch) bound to the parameters p (defaults filled)."""
-    from multiact.optable import OPS as TABLE
-
-    t = TABLE[op].defn.torch
-    fn = getattr(torch.nn.functional if t.namespace == "torch.nn.functional" else torch, t.fn)
-    args, kwargs = [p[n] for n in t.args], {n: p[n] for n in t.kwargs}
-    return lambda x: fn(x, *args, **kwargs)
-
-
 def _groups(torch, ma, mt, spec: tuple, n: int) -> dict[str, dict]:
     """The variants of one op and size, by group; each group is timed interleaved, against its "torch"."""
-    from multiact.tools import peers
+    from multiact.cli import peers
 
     name, params = spec
     p = {**ma.ops()[name].defaults(), **params}
-    mt_f, ma_f, ma_g, t_f = getattr(mt, name), getattr(ma, name), getattr(ma, f"{name}_grad"), _torch_function(torch,
-                                                                                                          name, p)
+    mt_f, ma_f, ma_g = getattr(mt, name), getattr(ma, name), getattr(ma, f"{name}_grad")
+    t_f = peers.torch_forward(name, p)
     module = mt.module_name(name)
     nn_mod, mt_mod = getattr(torch.nn, module)(**params), getattr(mt, module)(**params)
     gen = torch.Generator().manual_seed(0)

@@ -23,14 +23,14 @@ import pytest
 
 
 def pytest_report_header(config):
-    from multiact.tools import bench
+    from multiact.cli import bench
 
     return bench.header()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config, machine_info):
-    from multiact.tools import sysinfo
+    from multiact.cli import sysinfo
 
     machine_info["multiact_cpu"] = sysinfo.cpu()
 

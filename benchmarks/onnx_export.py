@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+PARAMS = {"threshold": {"threshold": 0.5, "value": 0.0}}  # the ops without defaults (value 0: ThresholdedRelu)
+
 
 def _session(model, threads: int):
     import onnxruntime as ort
@@ -45,14 +47,16 @@ def _row(op: str, direction: str, x: np.ndarray, dy: np.ndarray, y: np.ndarray, 
     """One table row: every variant of (op, direction) alternated `reps` times."""
     import multiact as ma
     from multiact.onnx_export import to_onnx
+    from multiact.optable import OPS
 
-    p = {"threshold": 0.5, "value": 0.0} if op == "threshold" else {}
+    p = dict(PARAMS.get(op, {}))
     feeds = {"x": x}
     ma_p = dict(p)
-    if op == "prelu":
+    array = OPS[op].defn.array_param
+    if array:  # one weight (prelu's): x as (1, 1, N)
         w = np.array([0.25], np.float32)
-        feeds = {"x": x.reshape(1, 1, -1), "weight": w}
-        ma_p = {"weight": w}
+        feeds = {"x": x.reshape(1, 1, -1), array: w}
+        ma_p = {array: w}
     grad = direction == "bwd"
     models = {"contract": to_onnx(op, grad=grad, **p), "runtime": to_onnx(op, grad=grad, accuracy="runtime", **p)}
     if not grad:

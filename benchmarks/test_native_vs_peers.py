@@ -16,18 +16,19 @@ import numpy as np
 import pytest
 
 import multiact as ma
+from multiact.cli import peers
+from multiact.optable import KEYS
 
 N_BIG = 1 << 24
-PARAMS: dict[str, dict] = {"threshold": {"threshold": 0.1, "value": 0.0}}
-OPS = ["relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "gelu_tanh", "fast_gelu", "silu", "swish",
-       "hardswish", "hardsigmoid", "sigmoid", "logsigmoid", "tanh", "hardtanh", "softplus", "softsign", "mish",
-       "softshrink", "hardshrink", "tanhshrink", "threshold"]
+PARAMS: dict[str, dict] = {"threshold": {"threshold": 0.1, "value": 0.0}}  # the ops without defaults
+# Every kernel key but those of an op with an array parameter (prelu's weight): gelu_tanh is gelu(approximate="tanh")
+OPS = [key for key, spec in KEYS.items() if not spec.defn.array_param]
 
 
 def _ma_call(op: str, grad: bool) -> tuple[str, dict]:
-    if op == "gelu_tanh":
-        return "gelu", {"approximate": "tanh"}
-    return op, PARAMS.get(op, {})
+    """The op and its parameters for kernel key `op`."""
+    spec = KEYS[op]
+    return spec.name, {**PARAMS.get(spec.name, {}), **spec.defn.selecting(op)}
 
 
 def native_fn(op: str, x: np.ndarray, out: np.ndarray, grad: bool = False) -> Callable[[], object]:
@@ -40,95 +41,30 @@ def native_fn(op: str, x: np.ndarray, out: np.ndarray, grad: bool = False) -> Ca
     return lambda: f(x, out=out, backend="native", **kw)
 
 
+def _peer_fn(peer: str, op: str, x: np.ndarray, out: np.ndarray, grad: bool) -> Callable[[], object] | None:
+    """The peer (multiact.cli.peers: the op's definition's torch spelling, ONNX Runtime's own node) writing
+    into `out` where it has an out= form, else allocating and copying."""
+    name, kw = _ma_call(op, grad)
+    params = KEYS[op].validate(kw)
+    arrays = (np.ones_like(x), x) if grad else (x,)
+    bound = peers.make(peer, name, "backward" if grad else "forward", params, arrays, out,
+                       max(1, ma.get_num_threads()))
+    if isinstance(bound, str):
+        return None
+    if bound.into is not None:
+        return bound.into
+    alloc = bound.alloc
+    return lambda: np.copyto(out, np.asarray(alloc()))
+
+
 def torch_fn(op: str, x: np.ndarray, out: np.ndarray, grad: bool = False) -> Callable[[], object] | None:
     """torch writing into a preallocated tensor (the out= / grad_input= overloads)."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    torch.set_num_threads(max(1, ma.get_num_threads()))
-    xt, ot = torch.from_numpy(x), torch.from_numpy(out)
-    nn, a = torch._C._nn, torch.ops.aten
-    if grad:
-        dy = torch.ones_like(xt)
-        table = {
-            "gelu": lambda: a.gelu_backward.grad_input(dy, xt, grad_input=ot),
-            "gelu_tanh": lambda: a.gelu_backward.grad_input(dy, xt, approximate="tanh", grad_input=ot),
-            "sigmoid": lambda: a.sigmoid_backward.grad_input(dy, xt, grad_input=ot),
-            "tanh": lambda: a.tanh_backward.grad_input(dy, xt, grad_input=ot),
-            "silu": lambda: a.silu_backward.grad_input(dy, xt, grad_input=ot),
-            "softplus": lambda: a.softplus_backward.grad_input(dy, xt, 1.0, 20.0, grad_input=ot),
-            "hardswish": lambda: a.hardswish_backward.out(dy, xt, out=ot),
-            "leaky_relu": lambda: a.leaky_relu_backward.grad_input(dy, xt, 0.01, False, grad_input=ot),
-            "hardtanh": lambda: a.hardtanh_backward.grad_input(dy, xt, -1.0, 1.0, grad_input=ot),
-            "elu": lambda: a.elu_backward.grad_input(dy, 1.0, 1.0, 1.0, False, xt, grad_input=ot),
-            "threshold": lambda: a.threshold_backward.grad_input(dy, xt, 0.1, grad_input=ot),
-            "softshrink": lambda: a.softshrink_backward.grad_input(dy, xt, 0.5, grad_input=ot),
-            "hardshrink": lambda: a.hardshrink_backward.grad_input(dy, xt, 0.5, grad_input=ot),
-            "hardsigmoid": lambda: a.hardsigmoid_backward.grad_input(dy, xt, grad_input=ot),
-            "mish": lambda: ot.copy_(a.mish_backward(dy, xt)),  # no out= overload: allocates
-        }
-        return table.get(op)
-    table = {
-        "relu": lambda: torch.clamp_min(xt, 0.0, out=ot),
-        "relu6": lambda: nn.hardtanh(xt, 0.0, 6.0, out=ot),
-        "leaky_relu": lambda: nn.leaky_relu(xt, 0.01, out=ot),
-        "elu": lambda: nn.elu(xt, out=ot),
-        "gelu": lambda: nn.gelu(xt, out=ot),
-        "gelu_tanh": lambda: nn.gelu(xt, approximate="tanh", out=ot),
-        "silu": lambda: nn.silu(xt, out=ot),
-        "hardswish": lambda: nn.hardswish(xt, out=ot),
-        "hardsigmoid": lambda: nn.hardsigmoid(xt, out=ot),
-        "sigmoid": lambda: torch.sigmoid(xt, out=ot),
-        "logsigmoid": lambda: nn.log_sigmoid(xt, out=ot),
-        "tanh": lambda: torch.tanh(xt, out=ot),
-        "hardtanh": lambda: nn.hardtanh(xt, -1.0, 1.0, out=ot),
-        "softplus": lambda: nn.softplus(xt, 1.0, 20.0, out=ot),
-        "mish": lambda: nn.mish(xt, out=ot),
-        "softshrink": lambda: nn.softshrink(xt, 0.5, out=ot),
-        "hardshrink": lambda: torch.hardshrink(xt, 0.5, out=ot),
-        "threshold": lambda: torch.threshold(xt, 0.1, 0.0, out=ot),
-        "selu": lambda: ot.copy_(torch.selu(xt)),  # no out= overload: allocates
-        "celu": lambda: ot.copy_(torch.celu(xt)),
-        "softsign": lambda: ot.copy_(torch.nn.functional.softsign(xt)),
-        "tanhshrink": lambda: ot.copy_(torch.nn.functional.tanhshrink(xt)),
-    }
-    return table.get(op)
-
-
-_ONNX = {"relu": ("Relu", {}), "leaky_relu": ("LeakyRelu", {"alpha": 0.01}), "elu": ("Elu", {}), "selu": ("Selu", {}),
-         "celu": ("Celu", {}), "gelu": ("Gelu", {}), "gelu_tanh": ("Gelu", {"approximate": "tanh"}),
-         "hardswish": ("HardSwish", {}), "hardsigmoid": ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}),
-         "sigmoid": ("Sigmoid", {}), "tanh": ("Tanh", {}), "softplus": ("Softplus", {}), "softsign": ("Softsign", {}),
-         "mish": ("Mish", {}), "softshrink": ("Shrink", {"bias": 0.5, "lambd": 0.5}),
-         "hardshrink": ("Shrink", {"lambd": 0.5})}
+    return _peer_fn("torch", op, x, out, grad)
 
 
 def ort_fn(op: str, x: np.ndarray, out: np.ndarray, grad: bool = False) -> Callable[[], object] | None:
     """A one-node ONNX graph run with io_binding into `out` (forward only: ORT has no gradients)."""
-    if grad or op not in _ONNX:
-        return None
-    try:
-        import onnx
-        import onnxruntime as ort
-        from onnx import TensorProto, helper
-    except ImportError:
-        return None
-    node_op, attrs = _ONNX[op]
-    node = helper.make_node(node_op, ["x"], ["y"], **attrs)
-    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [None])  # noqa: E731
-    model = helper.make_model(helper.make_graph([node], "g", [vi("x")], [vi("y")]),
-                              opset_imports=[helper.make_opsetid("", 20)])
-    model.ir_version = min(model.ir_version, 10)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = max(1, ma.get_num_threads())
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    s = ort.InferenceSession(onnx._serialize(model) if hasattr(onnx, "_serialize") else model.SerializeToString(),
-                             so, providers=["CPUExecutionProvider"])
-    b = s.io_binding()
-    b.bind_ortvalue_input("x", ort.OrtValue.ortvalue_from_numpy(x))
-    b.bind_ortvalue_output("y", ort.OrtValue.ortvalue_from_numpy(out))
-    return lambda: s.run_with_iobinding(b)
+    return None if grad else _peer_fn("onnxruntime", op, x, out, grad)
 
 
 def copy_fn(op: str, x: np.ndarray, out: np.ndarray, grad: bool = False) -> Callable[[], object]:
@@ -183,7 +119,7 @@ def table(n: int, grad: bool, rounds: int = 7) -> None:
     x = (np.random.default_rng(0).standard_normal(n) * 3).astype(np.float32)
     out = np.empty_like(x)
     impls = ["native", "torch", "copy"] + ([] if grad else ["onnxruntime"])
-    from multiact.tools import bench
+    from multiact.cli import bench
 
     print(bench.header())  # the CPU these figures are measured on
     print(f"n={n} threads={ma.get_num_threads()} {'backward' if grad else 'forward'}: ns/element (median, min)")

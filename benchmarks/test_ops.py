@@ -11,7 +11,7 @@ import pytest
 from bench_config import DTYPES, IMPLS, OPS, SIZES
 
 import multiact as ma
-from multiact.tools import bench
+from multiact.cli import bench
 
 
 @pytest.mark.parametrize("size", SIZES, ids=bench.size_label)

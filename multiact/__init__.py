@@ -10,6 +10,7 @@ why, `ma.explain(op, x)` which backend a call would use.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from . import dtypes  # noqa: F401 - multiact.dtypes.bfloat16 (ml_dtypes imported only when asked for)
@@ -22,6 +23,7 @@ from .fused_bias_act import FUNCTIONS as _BIAS_ACT
 from .gated import FUNCTIONS as _GATED
 from .onnx_export import to_onnx
 from .optable import OpSpec
+from .quant import Quant, dequantize, quantize
 from .registry import BackendInfo, backends, use
 from .vocab import DIRECTIONS as _DIRECTIONS
 
@@ -38,14 +40,36 @@ def ops() -> _ops.OpTable:
     return _ops.OpTable(_ops.OPS)
 
 
-def register_op(defn: _ops.OpDef, **numerics: Any) -> OpSpec:
+def register_op(defn: _ops.OpDef, *, formulas: Mapping[Any, Any] | None = None, graphs: Mapping[Any, Any] | None = None,
+                **numerics: Any) -> OpSpec:
     """Add an op: its definition (`multiact._opdefs.OpDef`) and its numerics (float64 references
-    `forward`, `backward` and, where the definition has them, `backward_y` and `param_grad_ref`;
+    `forward`, `backward` and, where the definition has them, `backward_y` and `param_grad_ref`; `backward2`;
     `kinks`, `tol`, `exact`).  It gets `ma.<name>`, `ma.<name>_grad`... at once, and runs on the numpy
-    backend from its references, on any other backend that has its kernels, with the shared suite."""
+    backend from its references, on any other backend that has its kernels, with the shared suite.
+
+    Its kernels for other backends, each a mapping of direction ((kernel key, direction) for an op with variants)
+    to a function: `formulas`, scalar formulas for the numba and cuda backends (`multiact.backend.formulas.register`:
+    how they are written, what they may call); `graphs`, ONNX graph bodies for the onnxruntime and ascend backends
+    and `to_onnx` (`multiact.backend.onnx_graphs.register`).  If one is refused, nothing of the op stays.  The
+    native backend's C kernels are compiled at install and cannot be added at run time."""
     from .api import publish
 
     spec = _ops.register(OpSpec(defn, **numerics))
+    if formulas or graphs:
+        from .backend import formulas as _formulas
+        from .backend import onnx_graphs as _graphs
+
+        try:
+            for table, given in ((_formulas, formulas), (_graphs, graphs)):
+                for k, fn in (given or {}).items():
+                    key, direction = (defn.name, k) if isinstance(k, str) else k
+                    table.register(key, direction, fn)
+        except BaseException:
+            for key in spec.keys:
+                _formulas.unregister(key)
+                _graphs.unregister(key)
+            _ops.unregister(defn.name)
+            raise
     funcs = publish(spec)
     globals().update(funcs)
     __all__.extend(sorted(funcs))
@@ -71,8 +95,8 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 
 
 __all__ = [
-    "BackendError", "BackendInfo", "OpSpec", "YFormError", "backends", "backward", "backward2", "explain", "forward",
-    "register_op",
+    "BackendError", "BackendInfo", "OpSpec", "Quant", "YFormError", "backends", "backward", "backward2", "dequantize",
+    "explain", "forward", "quantize", "register_op",
     "get_num_threads", "ops", "param_grad", "param_grad2", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
     *sorted(_GATED), *sorted(_BIAS_ACT),
 ]

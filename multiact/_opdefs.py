@@ -149,13 +149,24 @@ class Param:
 
 @dataclass(frozen=True)
 class Torch:
-    """How PyTorch spells the op: `torch.nn.functional.<fn>` (or `torch.<fn>`), and which of our
-    parameters it takes positionally and by keyword."""
+    """How PyTorch spells the op: `torch.nn.functional.<fn>` (or `torch.<fn>`), which of our parameters it
+    takes positionally and by keyword, and aten's kernels (the peer the benchmarks time): calls in aten's own
+    argument order, as PyTorch's derivatives.yaml writes them, of `x`, `y` (the output), `dy`, our parameters
+    by name, literals and `1 / <parameter>`.  `aten`: the forward ("": `<fn>` with fn's arguments; its `.out`
+    overload writes into a given tensor); `backward` from x and `backward_y` from the output y, as autograd
+    saves it ("": torch has none)."""
 
     fn: str
     args: tuple[str, ...] = ()
     kwargs: tuple[str, ...] = ()
     namespace: str = "torch.nn.functional"
+    aten: str = ""
+    backward: str = ""
+    backward_y: str = ""
+
+    def aten_forward(self) -> str:
+        """The forward's aten call."""
+        return self.aten or f"{self.fn}({', '.join(['x', *self.args, *(f'{k}={k}' for k in self.kwargs)])})"
 
 
 @dataclass(frozen=True)
@@ -173,10 +184,21 @@ class OpDef:
     y_allowed: Callable[[Mapping[str, Any]], bool] = lambda p: True
     condition: Callable[[Mapping[str, Any]], str | None] = lambda p: None  # a cross-parameter rule
     param_grad: str | None = None  # the parameter with a gradient of its own
+    # Piecewise linear: f'' = 0 almost everywhere, so the second derivative (backward2) is the one zero formula
+    # on every backend (reference.zero_grad2, formulas.zero_grad2, native's generated MA_ZERO_GRAD2 list).
+    # "exact": every piece is x, a constant or one product, so backends must round exactly like the formula
+    # (OpSpec.exact); "rounded": a piece rounds on its own (hardsigmoid's (x + c) / d, softshrink's x - lambd).
+    piecewise_linear: str = ""  # "" | "exact" | "rounded"
     grad_kernel: str | None = None  # a backward kernel shared with other ops (softshrink, hardshrink)
     torch: Torch | None = None
     module: str = ""  # multiact.torch's nn.Module name, PyTorch's spelling, where CamelCase of the name is not it
-    onnx: str | None = None
+    onnx: str | None = None  # ONNX's operator
+    # How a node of that operator carries the parameters (read by `from_onnx_node`, written by to_onnx's runtime
+    # graphs): ONNX attribute, or `input1`, `input2` (the node's inputs after x), -> the parameter it holds (by
+    # name) or the value it has for this op (Shrink's bias: lambd for softshrink, 0 for hardshrink).  An op
+    # without them is not what a node of a shared operator reads as (relu6: a Clip node is a hardtanh).
+    onnx_attrs: Mapping[str, Any] = field(default_factory=dict)
+    onnx_fixed: Mapping[str, Any] = field(default_factory=dict)  # the parameters the node computes at these values
     # Per kernel key (forward, backward) time per element relative to relu's, in cache: the native
     # runtime threads a call once elements x cost reach its parallel minimum. y-forms cost 1.
     cost: Mapping[str, tuple[int, int]] = field(default_factory=dict)
@@ -186,6 +208,11 @@ class OpDef:
     @property
     def param_names(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.params)
+
+    @property
+    def array_param(self) -> str | None:
+        """The parameter that is an array of its own (prelu's weight: one per channel along `axis`), or None."""
+        return next((p.name for p in self.params if p.kind == "array"), None)
 
     @property
     def float_params(self) -> tuple[str, ...]:
@@ -219,6 +246,16 @@ class OpDef:
             names["backward_y"] = f"{key}_grad_y"
         return names
 
+    def torch_computes(self, p: Mapping[str, Any]) -> bool:
+        """Whether torch's function (`torch`) computes the op at these parameters: each parameter it does not
+        take is at its default (F.selu and F.hardsigmoid have PyTorch's constants only; prelu's weight along
+        any axis is not torch's)."""
+        if self.torch is None:
+            return False
+        taken = (*self.torch.args, *self.torch.kwargs)
+        return all(q.name in taken or (q.default is not REQUIRED and p.get(q.name, q.default) == q.default)
+                   for q in self.params)
+
     @property
     def module_name(self) -> str:
         """The nn.Module name: leaky_relu -> LeakyReLU, hardswish -> Hardswish."""
@@ -237,23 +274,30 @@ def _f(name, default=REQUIRED, **kw) -> Param:
 
 _T = Torch
 DEFS: tuple[OpDef, ...] = (
-    OpDef("relu", "Rectified linear unit.", "max(x, 0)", y_form="same", torch=_T("relu"), module="ReLU",
-          onnx="Relu"),
-    OpDef("relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", y_form="same", torch=_T("relu6"), module="ReLU6",
-          onnx="Clip"),
+    OpDef("relu", "Rectified linear unit.", "max(x, 0)", y_form="same", piecewise_linear="exact",
+          torch=_T("relu", backward="threshold_backward(dy, x, 0)", backward_y="threshold_backward(dy, y, 0)"),
+          module="ReLU", onnx="Relu"),
+    OpDef("relu6", "ReLU clipped at 6.", "min(max(x, 0), 6)", y_form="same", piecewise_linear="exact",
+          torch=_T("relu6", aten="hardtanh(x, 0.0, 6.0)", backward="hardtanh_backward(dy, x, 0.0, 6.0)"),
+          module="ReLU6", onnx="Clip"),
     OpDef("leaky_relu", "Leaky ReLU: a small slope for negative inputs.", "x if x > 0 else negative_slope * x",
-          (_f("negative_slope", 0.01),), y_form="same", y_condition="negative_slope > 0",
-          y_allowed=lambda p: p["negative_slope"] > 0, torch=_T("leaky_relu", ("negative_slope",)),
-          module="LeakyReLU",
-          onnx="LeakyRelu", cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
+          (_f("negative_slope", 0.01),), y_form="same", y_condition="negative_slope > 0", piecewise_linear="exact",
+          y_allowed=lambda p: p["negative_slope"] > 0,
+          torch=_T("leaky_relu", ("negative_slope",), backward="leaky_relu_backward(dy, x, negative_slope, False)",
+                   backward_y="leaky_relu_backward(dy, y, negative_slope, True)"),
+          module="LeakyReLU", onnx="LeakyRelu", onnx_attrs={"alpha": "negative_slope"},
+          cases=({"negative_slope": 0.2}, {"negative_slope": -0.3})),
     OpDef("prelu", "Parametric ReLU: a learned slope per channel along `axis`.", "x if x > 0 else weight[c] * x",
           (_f("weight", kind="array", along="axis", doc="1 element, or x.shape[axis] elements"),
            _f("axis", 1, kind="int")),
-          param_grad="weight", torch=_T("prelu"), module="PReLU", onnx="PRelu",
+          param_grad="weight", piecewise_linear="exact", torch=_T("prelu"), module="PReLU", onnx="PRelu",
+          onnx_attrs={"input1": "weight"}, onnx_fixed={"axis": -1},
           cases=({"weight": "per-channel", "axis": 1}, {"weight": "single"})),
     OpDef("elu", "Exponential linear unit.", "x if x > 0 else alpha * (exp(x) - 1)", (_f("alpha", 1.0),),
           y_form="own", y_condition="alpha >= 0", y_allowed=lambda p: p["alpha"] >= 0,
-          torch=_T("elu", ("alpha",)), module="ELU", onnx="Elu", cost={"elu": (5, 8)},
+          torch=_T("elu", ("alpha",), backward="elu_backward(dy, alpha, 1, 1, False, x)",
+                   backward_y="elu_backward(dy, alpha, 1, 1, True, y)"),
+          module="ELU", onnx="Elu", onnx_attrs={"alpha": "alpha"}, cost={"elu": (5, 8)},
           cases=({"alpha": 0.5}, {"alpha": 0.0})),
     OpDef("selu", "Scaled ELU (self-normalising); alpha and scale as ONNX's Selu alpha and gamma.",
           "scale * (x if x > 0 else alpha * (exp(x) - 1))",
@@ -261,64 +305,81 @@ DEFS: tuple[OpDef, ...] = (
            _f("scale", SELU_SCALE, doc="PyTorch's constant by default (ONNX Selu's gamma)")),
           y_form="own", y_condition="alpha >= 0 and scale > 0",
           y_allowed=lambda p: p["alpha"] >= 0 and p["scale"] > 0,
-          torch=_T("selu"), module="SELU", onnx="Selu", cost={"selu": (5, 8)}, cases=({"alpha": 2.0, "scale": 3.0},)),
+          torch=_T("selu", aten="elu(x, alpha, scale)", backward="elu_backward(dy, alpha, scale, 1, False, x)",
+                   backward_y="elu_backward(dy, alpha, scale, 1, True, y)"),
+          module="SELU", onnx="Selu", onnx_attrs={"alpha": "alpha", "gamma": "scale"},
+          cost={"selu": (5, 8)}, cases=({"alpha": 2.0, "scale": 3.0},)),
     OpDef("celu", "Continuously differentiable ELU.", "x if x > 0 else alpha * (exp(x / alpha) - 1)",
           (_f("alpha", 1.0, nonzero=True),), y_form="own", y_condition="alpha > 0",
-          y_allowed=lambda p: p["alpha"] > 0, torch=_T("celu", ("alpha",)), module="CELU", onnx="Celu",
-          cost={"celu": (7, 8)}, cases=({"alpha": 0.7}, {"alpha": 2.5})),
+          y_allowed=lambda p: p["alpha"] > 0,
+          torch=_T("celu", ("alpha",), backward="elu_backward(dy, alpha, 1, 1 / alpha, False, x)",
+                   backward_y="elu_backward(dy, alpha, 1, 1 / alpha, True, y)"),
+          module="CELU", onnx="Celu", onnx_attrs={"alpha": "alpha"}, cost={"celu": (7, 8)},
+          cases=({"alpha": 0.7}, {"alpha": 2.5})),
     OpDef("gelu", "Gaussian error linear unit, exact or with the tanh approximation.",
           "x * Phi(x), or 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3)))",
           (_f("approximate", "none", kind="choice", choices=("none", "tanh")),),
           variant=("approximate", {"none": "gelu", "tanh": "gelu_tanh"}),
-          torch=_T("gelu", kwargs=("approximate",)), module="GELU", onnx="Gelu",
+          torch=_T("gelu", kwargs=("approximate",), backward="gelu_backward(dy, x, approximate=approximate)"),
+          module="GELU", onnx="Gelu", onnx_attrs={"approximate": "approximate"},
           cost={"gelu": (12, 15), "gelu_tanh": (8, 11)}, cases=({"approximate": "tanh"},)),
     OpDef("fast_gelu", "CANN's FastGelu: x * sigmoid(1.702 x).", "x * sigmoid(1.702 x)", module="FastGELU",
           cost={"fast_gelu": (6, 7)}),
-    OpDef("silu", "Sigmoid linear unit (swish with beta = 1).", "x * sigmoid(x)", torch=_T("silu"), module="SiLU",
-          cost={"silu": (5, 8)}),
+    OpDef("silu", "Sigmoid linear unit (swish with beta = 1).", "x * sigmoid(x)",
+          torch=_T("silu", backward="silu_backward(dy, x)"), module="SiLU", cost={"silu": (5, 8)}),
     OpDef("swish", "Swish with a (learnable) beta; its beta gradient is swish_beta_grad.", "x * sigmoid(beta x)",
           (_f("beta", 1.0),), param_grad="beta", cost={"swish": (7, 7)}, param_grad_cost=63,  # a double exp
           cases=({"beta": 1.3}, {"beta": -0.7}, {"beta": 0.0})),
     OpDef("hardswish", "Piecewise-quadratic swish (MobileNetV3).", "x * relu6(x + 3) / 6",
-          torch=_T("hardswish"), onnx="HardSwish"),
+          torch=_T("hardswish", backward="hardswish_backward(dy, x)"), onnx="HardSwish"),
     OpDef("hardsigmoid", "Piecewise-linear sigmoid; alpha, beta as ONNX's HardSigmoid (whose default alpha is 0.2).",
           "max(0, min(1, alpha * x + beta)), computed as (x + beta/alpha) / (1/alpha): relu6(x + 3) / 6 at "
           "PyTorch's alpha = 1/6, beta = 0.5",
           (_f("alpha", 1.0 / 6.0, lo=0, lo_open=True, doc="the slope, > 0 (PyTorch: 1/6; ONNX's default: 0.2)"),
            _f("beta", 0.5, doc="the value at x = 0")),
-          torch=_T("hardsigmoid"), onnx="HardSigmoid", cases=({"alpha": 0.2, "beta": 0.5},)),
+          piecewise_linear="rounded", torch=_T("hardsigmoid", backward="hardsigmoid_backward(dy, x)"),
+          onnx="HardSigmoid", onnx_attrs={"alpha": "alpha", "beta": "beta"}, cases=({"alpha": 0.2, "beta": 0.5},)),
     OpDef("sigmoid", "Logistic sigmoid.", "1 / (1 + exp(-x))", y_form="own",
-          torch=_T("sigmoid", namespace="torch"), onnx="Sigmoid", cost={"sigmoid": (5, 7)}),
+          torch=_T("sigmoid", namespace="torch", backward_y="sigmoid_backward(dy, y)"), onnx="Sigmoid",
+          cost={"sigmoid": (5, 7)}),
     OpDef("logsigmoid", "Log of the sigmoid, without overflow.", "-softplus(-x)",
-          torch=_T("logsigmoid"), module="LogSigmoid", cost={"logsigmoid": (8, 7)}),
-    OpDef("tanh", "Hyperbolic tangent.", "tanh(x)", y_form="own", torch=_T("tanh", namespace="torch"),
-          onnx="Tanh", cost={"tanh": (6, 6)}),
+          torch=_T("logsigmoid", aten="log_sigmoid(x)"), module="LogSigmoid", cost={"logsigmoid": (8, 7)}),
+    OpDef("tanh", "Hyperbolic tangent.", "tanh(x)", y_form="own",
+          torch=_T("tanh", namespace="torch", backward_y="tanh_backward(dy, y)"), onnx="Tanh", cost={"tanh": (6, 6)}),
     OpDef("hardtanh", "Clamp to [min_val, max_val].", "min(max(x, min_val), max_val)",
-          (_f("min_val", -1.0), _f("max_val", 1.0)), y_form="same",
+          (_f("min_val", -1.0), _f("max_val", 1.0)), y_form="same", piecewise_linear="exact",
           # refused as PyTorch refuses it; ONNX's Clip defines min > max as max everywhere (a constant, no activation)
           condition=lambda p: None if p["min_val"] <= p["max_val"] else (
               f"min_val ({p['min_val']}) must be <= max_val ({p['max_val']}), as PyTorch requires; ONNX's Clip "
               "with min > max gives max everywhere, which is np.full_like(x, max_val), not an activation"),
-          torch=_T("hardtanh", ("min_val", "max_val")), onnx="Clip", cases=({"min_val": -2.0, "max_val": 0.5},)),
+          torch=_T("hardtanh", ("min_val", "max_val"), backward="hardtanh_backward(dy, x, min_val, max_val)"),
+          onnx="Clip", onnx_attrs={"input1": "min_val", "input2": "max_val"},
+          cases=({"min_val": -2.0, "max_val": 0.5},)),
     OpDef("softplus", "Smooth ReLU; linear where beta * x > threshold.",
           "log(1 + exp(beta x)) / beta, or x where beta x > threshold",
           (_f("beta", 1.0, lo=0, lo_open=True),
            _f("threshold", 20.0, inf_ok=True, doc="+inf: never linear (ONNX's Softplus has no threshold)")),
-          torch=_T("softplus", ("beta", "threshold")), onnx="Softplus", cost={"softplus": (10, 7)},
+          torch=_T("softplus", ("beta", "threshold"), backward="softplus_backward(dy, x, beta, threshold)"),
+          onnx="Softplus", onnx_fixed={"beta": 1.0, "threshold": math.inf}, cost={"softplus": (10, 7)},
           # threshold 1e6: the smooth branch reaches beta * x far past where sigmoid saturates (1e5)
           cases=({"beta": 2.0, "threshold": 5.0}, {"beta": 0.3, "threshold": 20.0},
                  {"beta": 1.0, "threshold": 1e6}, {"beta": 1.0, "threshold": math.inf})),
     OpDef("softsign", "x / (1 + |x|).", "x / (1 + |x|)", torch=_T("softsign"), onnx="Softsign"),
-    OpDef("mish", "Self-regularised non-monotonic activation.", "x * tanh(softplus(x))", torch=_T("mish"),
-          onnx="Mish", cost={"mish": (7, 10)}),
+    OpDef("mish", "Self-regularised non-monotonic activation.", "x * tanh(softplus(x))",
+          torch=_T("mish", backward="mish_backward(dy, x)"), onnx="Mish", cost={"mish": (7, 10)}),
     OpDef("softshrink", "Soft shrinkage towards 0 by lambd.", "x - lambd if x > lambd, x + lambd if x < -lambd, else 0",
-          (_f("lambd", 0.5, lo=0),), grad_kernel="shrink_grad", torch=_T("softshrink", ("lambd",)), onnx="Shrink",
-          cases=({"lambd": 0.3}, {"lambd": 0.0})),
+          (_f("lambd", 0.5, lo=0),), grad_kernel="shrink_grad", piecewise_linear="rounded",
+          torch=_T("softshrink", ("lambd",), backward="softshrink_backward(dy, x, lambd)"),
+          onnx="Shrink", onnx_attrs={"lambd": "lambd", "bias": "lambd"}, cases=({"lambd": 0.3}, {"lambd": 0.0})),
     OpDef("hardshrink", "Zero inside [-lambd, lambd].", "x if |x| > lambd else 0", (_f("lambd", 0.5, lo=0),),
-          grad_kernel="shrink_grad", torch=_T("hardshrink", ("lambd",)), onnx="Shrink", cases=({"lambd": 0.3},)),
+          grad_kernel="shrink_grad", piecewise_linear="exact",
+          torch=_T("hardshrink", ("lambd",), backward="hardshrink_backward(dy, x, lambd)"),
+          onnx="Shrink", onnx_attrs={"lambd": "lambd", "bias": 0.0}, cases=({"lambd": 0.3},)),
     OpDef("tanhshrink", "x - tanh(x).", "x - tanh(x)", torch=_T("tanhshrink"), cost={"tanhshrink": (13, 6)}),
     OpDef("threshold", "Replace x <= threshold by value.", "x if x > threshold else value",
-          (_f("threshold"), _f("value")), torch=_T("threshold", ("threshold", "value")), onnx="ThresholdedRelu",
+          (_f("threshold"), _f("value")), piecewise_linear="exact",
+          torch=_T("threshold", ("threshold", "value"), backward="threshold_backward(dy, x, threshold)"),
+          onnx="ThresholdedRelu", onnx_attrs={"alpha": "threshold"}, onnx_fixed={"value": 0.0},
           cases=({"threshold": 0.3, "value": -2.0}, {"threshold": -1.0, "value": 0.0})),
 )
 

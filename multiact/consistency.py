@@ -97,7 +97,7 @@ def sample_x(spec: OpSpec, params: dict[str, Any], dtype: Any, n: int = 600, see
 
 def _rounded(spec: OpSpec, params: dict[str, Any], dtype: Any) -> dict[str, Any]:
     """Validated params with floats rounded to the compute precision (float32 below float64)."""
-    p = spec.validate(params) if "weight" not in params else dict(params)
+    p = spec.validate(params) if spec.defn.array_param not in params else dict(params)  # a weight: as given
     if np.dtype(dtype) == np.float64:
         return p
     return in_float32(p)
@@ -118,9 +118,9 @@ def reference(spec: OpSpec, direction: str, params: dict[str, Any], dtype: Any, 
     fn = {"forward": spec.forward, "backward": spec.backward, "backward_y": spec.backward_y}.get(direction)
     if direction == "param_grad":
         fn = spec.param_grad[1]
-    if spec.name == "prelu":
-        w = p["weight"].astype(np.float64)
-        return fn(*a64, w, p["axis"])
+    array = spec.defn.array_param
+    if array:  # prelu's weight, in float64 too
+        return fn(*a64, **{**p, array: p[array].astype(np.float64)})
     return fn(*a64, **p)
 
 
@@ -144,7 +144,7 @@ class Verdict:
 # / alpha, x^2 / 2, k x, beta x rounded to the compute precision costs cond(x) eps relative in the tail) is no longer
 # allowed (issue 19): float32 on these backends' elementwise kernels, per op, where the tails carry the argument's
 # rounding error (native C, numba) or evaluate in float64 (numpy), measured within 4 ulp on the subset and dense
-# sweeps (`multiact check --subset|--dense`, benchmarks/results/accuracy-f32-*) and passing the shared suite without
+# sweeps (`multiact check --subset|--dense`, results/accuracy-f32-*) and passing the shared suite without
 # it (native softplus since its z = beta x carries its rounding error: it was 7.9 ulp at beta = 0.3, x = -100 in the
 # suite, 61 at x = -214).  Still allowed: float64 everywhere (libm on the rounded float64 argument); the cuda
 # backend's float32 formulas (the same pairs, but over libdevice's expf/erfcf: not re-verified on a GPU); onnxruntime
@@ -194,7 +194,7 @@ def compare(
         if slack is not None:
             bound = bound + np.asarray(slack, dtype=np.float64).reshape(-1)
         if cond and tol.cond is not None and direction != "backward_y":
-            cond = tol.cond(xs, _rounded(spec, params or {}, dtype)) if spec.name != "prelu" else 0.0
+            cond = tol.cond(xs, _rounded(spec, params or {}, dtype)) if not spec.defn.array_param else 0.0
             bound = bound + np.where(np.isfinite(cond), cond, 0.0) * eps * np.abs(r)
         # Results below the smallest normal may be flushed or lose bits in subnormal intermediates.
         tiny = float(_finfo(dtype).tiny)
@@ -221,7 +221,7 @@ def compare(
 def _underflows(spec: OpSpec, direction: str, xs: np.ndarray, params: dict[str, Any] | None, dtype: Any) -> np.ndarray:
     """Where the derivative itself is nonzero but below the compute precision's smallest normal (float32
     for float16): there dy = +-0 times it has no sign a kernel can know, as a flushed value has none."""
-    if spec.name == "prelu" or direction not in ("backward", "backward_y"):
+    if spec.defn.array_param or direction not in ("backward", "backward_y"):
         return np.zeros(xs.shape, bool)
     ref = spec.backward if direction == "backward" else spec.backward_y
     compute = np.float64 if np.dtype(dtype) == np.float64 else np.float32
@@ -256,14 +256,15 @@ def run_case(
     dy = np.concatenate([dy0, rng.standard_normal(x.size - x0.size).astype(dtype)])
     call_params = dict(params)
     x_in = x
-    if op == "prelu":
+    array = spec.defn.array_param
+    if array:  # a weight per channel of a 2-D x (4 channels on axis 1), or a single one
         x_in = x[: x.size - x.size % 4].reshape(-1, 4)
         dy = dy[: x_in.size].reshape(x_in.shape)
-        call_params["weight"] = prelu_weight(x_in, params["weight"])
+        call_params[array] = prelu_weight(x_in, params[array])
     ref_params = dict(call_params)
-    if op == "prelu":
-        ref_params = {"weight": call_params["weight"].reshape(1, -1) if call_params["weight"].size > 1
-                      else call_params["weight"].reshape(1, 1), "axis": 1}
+    if array:
+        ref_params = {array: call_params[array].reshape(1, -1) if call_params[array].size > 1
+                      else call_params[array].reshape(1, 1), "axis": 1}
     cond = not (dtype == np.float32 and op in COND_FREE_F32.get(backend or "", ()))
     if direction == "forward":
         got = from_kind(ma.forward(op, to_kind(x_in), backend=backend, **call_params))
@@ -285,7 +286,7 @@ def run_case(
 def directions(spec: OpSpec, params: dict[str, Any]) -> list[str]:
     """The elementwise directions this (op, params) has."""
     out = ["forward", "backward"]
-    if spec.backward_y is not None and "weight" not in params and spec.supports_y(spec.validate(params)):
+    if spec.backward_y is not None and spec.defn.array_param not in params and spec.supports_y(spec.validate(params)):
         out.append("backward_y")
     return out
 
@@ -717,8 +718,9 @@ def backward2_reference(spec: OpSpec, params: dict[str, Any], dtype: Any, g: np.
     precision, prelu's weight as given)."""
     p = _rounded(spec, params, dtype)
     a64 = [a.astype(np.float64) for a in (g, dy, x)]
-    if spec.name == "prelu":
-        return spec.backward2(*a64, p["weight"].astype(np.float64), p["axis"])
+    array = spec.defn.array_param
+    if array:
+        return spec.backward2(*a64, **{**p, array: p[array].astype(np.float64)})
     return spec.backward2(*a64, **p)
 
 
@@ -756,12 +758,13 @@ def backward2_inputs(spec: OpSpec, params: dict[str, Any], dtype: Any, n: int = 
     g0 = np.resize(np.array([1.0, -1.0, 0.5, -2.0, -0.0]), x0.size).astype(dtype)
     g = np.concatenate([g0, rng.standard_normal(x.size - x0.size).astype(dtype)])
     call_params, ref_params = dict(params), dict(params)
-    if spec.name == "prelu":
+    array = spec.defn.array_param
+    if array:  # a weight per channel of a 2-D x (4 channels on axis 1), or a single one
         m = x.size - x.size % 4
         x, dy, g = (a[:m].reshape(-1, 4) for a in (x, dy, g))
-        call_params["weight"] = prelu_weight(x, params["weight"])
-        w = call_params["weight"]
-        ref_params = {"weight": w.reshape(1, -1) if w.size > 1 else w.reshape(1, 1), "axis": 1}
+        call_params[array] = prelu_weight(x, params[array])
+        w = call_params[array]
+        ref_params = {array: w.reshape(1, -1) if w.size > 1 else w.reshape(1, 1), "axis": 1}
     return g, dy, x, call_params, ref_params
 
 
@@ -889,7 +892,7 @@ def bf16_cases() -> list[tuple[str, dict[str, Any], str]]:
 def bf16_key(op: str, params: dict[str, Any]) -> str:
     """The kernel key a case runs (what a backend's support table is asked about)."""
     spec = OPS[op]
-    return spec.kernel_key(spec.defaults() if "weight" in params else spec.validate(params))
+    return spec.kernel_key(spec.defaults() if spec.defn.array_param in params else spec.validate(params))
 
 
 def run_bf16_case(backend: str | None, op: str, params: dict[str, Any], direction: str,
@@ -908,15 +911,16 @@ def run_bf16_case(backend: str | None, op: str, params: dict[str, Any], directio
     dy = bf16_dy(x.size)
     call = dict(params)
     x_in, dy_in = x, dy
-    if op == "prelu":
+    array = spec.defn.array_param
+    if array:  # a weight per channel of (-1, 4), or a single one
         x_in, dy_in = x.reshape(-1, 4), dy.reshape(-1, 4)
-        w64 = np.array([0.25]) if params["weight"] == "single" else np.linspace(-0.5, 1.5, 4)
-        call["weight"] = _dtypes.from_float64(w64)
+        w64 = np.array([0.25]) if params[array] == "single" else np.linspace(-0.5, 1.5, 4)
+        call[array] = _dtypes.from_float64(w64)
     x32, dy32 = _dtypes.to_float32(x_in), _dtypes.to_float32(dy_in)
     ref_params = dict(call)
-    if op == "prelu":
-        w32 = _dtypes.to_float32(call["weight"])
-        ref_params = {"weight": w32.reshape(1, -1) if w32.size > 1 else w32.reshape(1, 1), "axis": 1}
+    if array:
+        w32 = _dtypes.to_float32(call[array])
+        ref_params = {array: w32.reshape(1, -1) if w32.size > 1 else w32.reshape(1, 1), "axis": 1}
     key = (op, case_id(params), direction, x.size)
     hit = None if cache is None else cache.get(key)
     with np.errstate(all="ignore"):

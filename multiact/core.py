@@ -17,12 +17,15 @@ from typing import Any
 import numpy as np
 
 from . import checks, executors
+from . import dtypes as _dtypes
 from .plan import Plan
 
 
 def run(plan: Plan) -> Any:
     """Carry out one call."""
     checks.check_backend(plan.fn, plan.backend)
+    if plan.quant is not None:
+        return _quantized(plan)
     dests = plan.family.outs(plan)
     if checks.masked(*plan.arrays.values(), *dests):
         return _masked(plan, dests)
@@ -40,6 +43,35 @@ def _dest_names(dests: tuple) -> dict[str, Any]:
     if len(dests) == 1:
         return {"out": dests[0]}
     return {f"out[{i}]": d for i, d in enumerate(dests)}
+
+
+# ---- quantized results -----------------------------------------------------------------------------
+
+
+def _quantized(plan: Plan) -> Any:
+    """A forward whose result is quantized (multiact.quant's contract): the op computed in float32 on its
+    inputs widened exactly to float32 (float16, bfloat16; float32 as it is, float64 in float64), then its
+    values' codes and scales; NumPy in, NumPy out, torch CPU tensors in, torch tensors out."""
+    from . import quant as Q
+
+    fn = plan.fn
+    q = Q.check(fn, plan.quant)
+    if plan.out is not None:
+        raise TypeError(f"{fn}: out= cannot be combined with quant=: the result is (codes, scales), new arrays")
+    if checks.masked(*plan.arrays.values()):
+        raise TypeError(f"{fn}: quant= does not take masked arrays; pass np.ma.getdata(x)")
+    kind = checks.same_kind(fn, plan.arrays, plan.family.join_dask)
+    if kind != "numpy":
+        raise TypeError(f"{fn}: quant= runs on host arrays (NumPy, torch CPU tensors) in this version; got "
+                        f"{kind} arrays")
+    arrs = checks.host_arrays(fn, plan.arrays, plan.family.optional)
+    wide = {n: _dtypes.to_float32(a) if _dtypes.is_bf16(a.dtype) else a.astype(np.float32) if a.itemsize < 4
+            else a for n, a in arrs.items()}
+    sub = Plan(fn, plan.what, plan.key, plan.direction, plan.p, {n: wide.get(n) for n in plan.arrays}, None,
+               plan.backend, plan.family, plan.state)
+    y = executors.host(sub, ())
+    like = next(a for a in plan.arrays.values() if a is not None)
+    return Q.as_kind(Q.quantize_host(fn, y, q), like)
 
 
 # ---- masked arrays ---------------------------------------------------------------------------------

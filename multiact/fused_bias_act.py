@@ -274,8 +274,10 @@ def rounded_sum(s: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 
 def forward(x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
-            backend: str | None) -> Any:
-    return core.run(plan("forward", {"x": x, "b": b, "scale": scale}, given, extra, out, backend))
+            backend: str | None, quant: Any = None) -> Any:
+    pl = plan("forward", {"x": x, "b": b, "scale": scale}, given, extra, out, backend)
+    pl.quant = quant
+    return core.run(pl)
 
 
 def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
@@ -493,8 +495,10 @@ def _chunk_plan(direction: str, given: dict, extra: dict, backend: str | None, n
 
 
 def bias_act(x: Any, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: Any = None, gain: float = 1.0,
-             clamp: float | None = None, out: Any = None, backend: str | None = None, **act_params: Any) -> Any:
-    return forward(x, b, scale, {"act": act, "dim": dim, "gain": gain, "clamp": clamp}, act_params, out, backend)
+             clamp: float | None = None, out: Any = None, backend: str | None = None, quant: Any = None,
+             **act_params: Any) -> Any:
+    return forward(x, b, scale, {"act": act, "dim": dim, "gain": gain, "clamp": clamp}, act_params, out, backend,
+                   quant)
 
 
 def bias_act_grad(dy: Any, x: Any = None, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: Any = None,
@@ -519,7 +523,8 @@ Parameters:
 {_doc()}
     **act_params: the activation's own parameters (PyTorch's names)
 
-out: write the result here (out=x is in place); backend: run on this backend only."""
+out: write the result here (out=x is in place); backend: run on this backend only.
+quant: a multiact.Quant: return (codes, scales) of the float32 result instead (multiact.quantize's contract)."""
 
 bias_act_grad.__doc__ = f"""Backward of bias_act: dx, and db (with b) and dscale (with scale).
 

@@ -169,9 +169,12 @@ def check_form(fn: str, given: Mapping[str, Any], up: Any) -> None:
 
 
 def forward(cdef: CompositeDef, x: Any, up: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
-            backend: str | None) -> Any:
-    """y = act(gate) * up: half of x along dim (one-input form), or x's shape (two-input form)."""
-    return core.run(plan(cdef, "forward", x, up, None, given, extra, out, backend))
+            backend: str | None, quant: Any = None) -> Any:
+    """y = act(gate) * up: half of x along dim (one-input form), or x's shape (two-input form); (codes, scales)
+    with quant= (a multiact.Quant)."""
+    pl = plan(cdef, "forward", x, up, None, given, extra, out, backend)
+    pl.quant = quant
+    return core.run(pl)
 
 
 def backward(cdef: CompositeDef, dy: Any, x: Any, up: Any, given: dict[str, Any], extra: dict[str, Any],
@@ -318,8 +321,8 @@ def _chunk_plan(name: str, direction: str, given: dict, extra: dict, backend: st
 # ---- the public functions, generated from the definitions ---------------------------------------------
 
 _FWD = """
-def {name}(x{pos}, *, up=None{kw}, out=None, backend=None{star}):
-    return _forward(_cdef, x, up, {pdict}, {extra}, out, backend)
+def {name}(x{pos}, *, up=None{kw}, out=None, backend=None, quant=None{star}):
+    return _forward(_cdef, x, up, {pdict}, {extra}, out, backend, quant)
 """
 _BWD = """
 def {name}_grad(dy, x{pos}, *, up=None{kw}, out=None, backend=None{star}):
@@ -355,8 +358,9 @@ def _make(cdef: CompositeDef) -> dict[str, Any]:
     params = _param_doc(cdef)
     common = ("up: the second array (the two-input form: x is then the gate and up multiplies it);\n"
               "out: write the result here; backend: run on this backend only.")
+    quant = "\nquant: a multiact.Quant: return (codes, scales) of the float32 result instead (forward only)."
     fwd, bwd = ns[cdef.name], ns[f"{cdef.name}_grad"]
-    fwd.__doc__ = f"{cdef.summary}\n\n    {cdef.formula}\n\nParameters:\n{params}\n\n{common}"
+    fwd.__doc__ = f"{cdef.summary}\n\n    {cdef.formula}\n\nParameters:\n{params}\n\n{common}{quant}"
     bwd.__doc__ = (f"Backward of {cdef.name}: dx with x's shape (both halves, one pass), or (dgate, dup) with "
                    f"up=.\n\nParameters:\n{params}\n\n{common} out is dx, or a pair (dgate, dup) with up=.")
     for f in (fwd, bwd):

@@ -29,7 +29,7 @@ from ._opdefs import (
 )
 
 __all__ = ["DIRECTIONS", "F32_MAX", "F32_TINY", "FAMILY_KEYS", "FLOAT_DTYPES", "KEYS", "OPS", "REQUIRED", "OpDef",
-           "OpSpec", "OpTable", "Param", "Tolerance", "get", "in_float32", "register", "value_key"]
+           "OpSpec", "OpTable", "Param", "Tolerance", "get", "in_float32", "register", "unregister", "value_key"]
 
 
 FLOAT_DTYPES = vocab.NUMPY_DTYPES  # the suite's dtypes: NumPy's own (bfloat16 arrays need ml_dtypes)
@@ -104,7 +104,8 @@ class OpSpec:
     param_grad2_ref: tuple[Callable[..., Any], Callable[..., Any]] | None = None
     kinks: Callable[[Mapping[str, Any]], tuple[float, ...]] = lambda p: ()
     tol: Tolerance = field(default_factory=Tolerance)
-    exact: bool = False  # piecewise linear: backends must round exactly like the formula
+    # backends must round exactly like the formula; None: from the definition (piecewise_linear="exact")
+    exact: bool | None = None
 
     def __repr__(self) -> str:  # the dataclass's would print every reference function's address
         return f"OpSpec({self.signature()}; y-form: {self.y_form_text()})"
@@ -135,6 +136,10 @@ class OpSpec:
         d = self.defn
         if bool(d.y_form) != (self.backward_y is not None) or bool(d.param_grad) != (self.param_grad_ref is not None):
             raise ValueError(f"{d.name}: the references do not match the definition's y-form / parameter gradient")
+        if self.exact is None:
+            object.__setattr__(self, "exact", d.piecewise_linear == "exact")
+        if self.backward2 is None and d.piecewise_linear:  # f'' = 0 almost everywhere
+            object.__setattr__(self, "backward2", R.zero_grad2)
 
     name = property(lambda self: self.defn.name)
     summary = property(lambda self: self.defn.summary)
@@ -255,7 +260,7 @@ class OpTable(dict):
     each op's parameters with their defaults, its y-form and extras."""
 
     def __repr__(self) -> str:
-        from .tools._report import table
+        from .cli._report import table
 
         rows = [[s.signature(), s.y_form_text(), s.extras()] for s in self.values()]
         head = f"{len(self)} ops; ma.ops()[name] is the OpSpec; y-form: the backward may start from the output y\n"
@@ -269,7 +274,7 @@ class OpTable(dict):
 
 _LINEAR = Tolerance(ulp32=1, ulp64=1, ulp16=1)
 _EXP_FROM_Y = Tolerance(y_atol=2)
-# selu, over all 65,536 bfloat16 inputs (tests/results/bf16-exhaustive.txt): within the default 0.1% share of
+# selu, over all 65,536 bfloat16 inputs (results/bf16-exhaustive.txt): within the default 0.1% share of
 # one-ulp results since every backend (a) holds scale * alpha as hi + lo in the y-form (dy * (y + sa) cancels
 # where ~25,000 saturated inputs share y = -sa: 0.40% one ulp off with sa in float32) and (b) keeps the side of
 # the exact value where x or y < 0 is too small to change e^x - 1, e^x or y + sa in float32 (scale * alpha *
@@ -299,17 +304,13 @@ def _gelu_cond(x: np.ndarray, p: Mapping[str, Any]) -> np.ndarray:
 # the parameter gradient where the definition has them), kinks, accuracy bound.
 _NUMERICS: dict[str, dict[str, Any]] = {
     "relu": dict(forward=R.relu, backward=R.relu_grad, backward_y=R.relu_grad, kinks=lambda p: (0.0,),
-                 tol=_LINEAR, exact=True,
-                 backward2=R.relu_grad2),
+                 tol=_LINEAR),
     "relu6": dict(forward=R.relu6, backward=R.relu6_grad, backward_y=R.relu6_grad, kinks=lambda p: (0.0, 6.0),
-                  tol=_LINEAR, exact=True,
-                  backward2=R.relu6_grad2),
+                  tol=_LINEAR),
     "leaky_relu": dict(forward=R.leaky_relu, backward=R.leaky_relu_grad, backward_y=R.leaky_relu_grad,
-                       kinks=lambda p: (0.0,), tol=_LINEAR, exact=True,
-                       backward2=R.leaky_relu_grad2),
+                       kinks=lambda p: (0.0,), tol=_LINEAR),
     "prelu": dict(forward=R.prelu, backward=R.prelu_grad, param_grad_ref=R.prelu_weight_grad, kinks=lambda p: (0.0,),
-                  tol=_LINEAR, exact=True,
-                  backward2=R.prelu_grad2, param_grad2_ref=(R.prelu_grad2_weight, R.prelu_grad2_weight_weight)),
+                  tol=_LINEAR, param_grad2_ref=(R.prelu_grad2_weight, R.prelu_grad2_weight_weight)),
     "elu": dict(forward=R.elu, backward=R.elu_grad, backward_y=R.elu_grad_y, kinks=lambda p: (0.0,), tol=_EXP_FROM_Y,
                 backward2=R.elu_grad2),
     "selu": dict(forward=R.selu, backward=R.selu_grad, backward_y=R.selu_grad_y, kinks=lambda p: (0.0,),
@@ -334,8 +335,7 @@ _NUMERICS: dict[str, dict[str, Any]] = {
                       backward2=R.hardswish_grad2),
     "hardsigmoid": dict(forward=R.hardsigmoid, backward=R.hardsigmoid_grad,
                         kinks=lambda p: R._hardsigmoid_pieces(p["alpha"], p["beta"])[2:],
-                        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2),
-                        backward2=R.hardsigmoid_grad2),
+                        tol=Tolerance(ulp32=2, ulp64=2, fwd_atol=2)),
     "sigmoid": dict(forward=R.sigmoid_fwd, backward=R.sigmoid_grad, backward_y=R.sigmoid_grad_y,
                     backward2=R.sigmoid_grad2),
     "logsigmoid": dict(forward=R.logsigmoid, backward=R.logsigmoid_grad, tol=Tolerance(fwd_atol=1),
@@ -343,8 +343,7 @@ _NUMERICS: dict[str, dict[str, Any]] = {
     "tanh": dict(forward=R.tanh, backward=R.tanh_grad, backward_y=R.tanh_grad_y,
                  backward2=R.tanh_grad2),
     "hardtanh": dict(forward=R.hardtanh, backward=R.hardtanh_grad, backward_y=R.hardtanh_grad,
-                     kinks=lambda p: (p["min_val"], p["max_val"]), tol=_LINEAR, exact=True,
-                     backward2=R.hardtanh_grad2),
+                     kinks=lambda p: (p["min_val"], p["max_val"]), tol=_LINEAR),
     "softplus": dict(forward=R.softplus, backward=R.softplus_grad, kinks=lambda p: (p["threshold"] / p["beta"],),
                      tol=Tolerance(cond=_scaled_arg("beta")),
                      backward2=R.softplus_grad2),
@@ -353,16 +352,13 @@ _NUMERICS: dict[str, dict[str, Any]] = {
     "mish": dict(forward=R.mish, backward=R.mish_grad, kinks=lambda p: (-1.1924, 0.0), tol=_crosses_zero(),
                  backward2=R.mish_grad2),
     "softshrink": dict(forward=R.softshrink, backward=R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]),
-                       tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1),
-                       backward2=R.shrink_grad2),
+                       tol=Tolerance(ulp32=1, ulp64=1, fwd_atol=1)),
     "hardshrink": dict(forward=R.hardshrink, backward=R.shrink_grad, kinks=lambda p: (-p["lambd"], p["lambd"]),
-                       tol=_LINEAR, exact=True,
-                       backward2=R.shrink_grad2),
+                       tol=_LINEAR),
     "tanhshrink": dict(forward=R.tanhshrink, backward=R.tanhshrink_grad, kinks=lambda p: (0.0,),
                        backward2=R.tanhshrink_grad2),
     "threshold": dict(forward=R.threshold, backward=R.threshold_grad, kinks=lambda p: (p["threshold"],),
-                      tol=_LINEAR, exact=True,
-                      backward2=R.threshold_grad2),
+                      tol=_LINEAR),
 }
 
 OPS: dict[str, OpSpec] = {name: OpSpec(d, **_NUMERICS[name]) for name, d in DEFINITIONS.items()}
@@ -384,6 +380,21 @@ def register(spec: OpSpec) -> OpSpec:
     return spec
 
 
+def unregister(name: str) -> OpSpec:
+    """Take an op that `register` added out of the table again (its kernel keys and composite kernels with it);
+    returns its spec.  ValueError for an op of the definitions or an unknown one.  Its public functions and
+    kernels are the caller's to take out (`multiact.register_op` does, when one of them is refused)."""
+    if name in DEFINITIONS or name not in OPS:
+        raise ValueError(f"unregister(): {name!r} is not an op added with register()")
+    spec = OPS.pop(name)
+    for k in spec.keys:
+        del KEYS[k]
+    for table in (FAMILY_KEYS, BIAS_ACT_KEYS):
+        for k in [k for k, (_, s, _) in table.items() if s is spec]:
+            del table[k]
+    return spec
+
+
 def get(name: str) -> OpSpec:
     """The spec of op `name`, or ValueError listing the valid names."""
     try:
@@ -396,8 +407,8 @@ def get(name: str) -> OpSpec:
 FAMILY_KEYS: dict[str, tuple[Any, OpSpec, str]] = {f.key(k): (f, OPS[d.name], k) for f, d, k in family_keys()}
 
 # bias_act's own activation, the identity (StyleGAN's 'linear'): not an op of the table.
-LINEAR = OpSpec(OpDef("linear", "The identity: bias_act's default activation.", "x"),
-                forward=lambda x: x * 1.0, backward=lambda dy, x: dy * np.ones_like(x), tol=_LINEAR, exact=True)
+LINEAR = OpSpec(OpDef("linear", "The identity: bias_act's default activation.", "x", piecewise_linear="exact"),
+                forward=lambda x: x * 1.0, backward=lambda dy, x: dy * np.ones_like(x), tol=_LINEAR)
 
 # bias_act:<act> -> (its family, the activation's spec, the activation's key).
 BIAS_ACT_KEYS: dict[str, tuple[Any, OpSpec, str]] = {

@@ -499,57 +499,10 @@ def _zero_grad2(g, dy, x):
     return _keepnan(x, np.zeros(np.broadcast_shapes(g.shape, dy.shape, x.shape), dtype=np.result_type(g, dy, x)))
 
 
-def _piecewise_linear(f):
-    """Marks a second derivative that is `_zero_grad2` (the backends' kernels compile one zero formula for these)."""
-    f.piecewise_linear = True
-    return f
-
-
-@_piecewise_linear
 @np.errstate(all="ignore")
-def relu_grad2(g, dy, x):
-    return _zero_grad2(g, dy, x)
-
-
-@_piecewise_linear
-@np.errstate(all="ignore")
-def relu6_grad2(g, dy, x):
-    return _zero_grad2(g, dy, x)
-
-
-@_piecewise_linear
-@np.errstate(all="ignore")
-def leaky_relu_grad2(g, dy, x, negative_slope):
-    return _zero_grad2(g, dy, x)
-
-
-@_piecewise_linear
-@np.errstate(all="ignore")
-def prelu_grad2(g, dy, x, weight, axis):
-    return _zero_grad2(g, dy, x)
-
-
-@_piecewise_linear
-@np.errstate(all="ignore")
-def hardtanh_grad2(g, dy, x, min_val, max_val):
-    return _zero_grad2(g, dy, x)
-
-
-@_piecewise_linear
-@np.errstate(all="ignore")
-def hardsigmoid_grad2(g, dy, x, alpha=1.0 / 6.0, beta=0.5):
-    return _zero_grad2(g, dy, x)
-
-
-@_piecewise_linear
-@np.errstate(all="ignore")
-def shrink_grad2(g, dy, x, lambd):
-    return _zero_grad2(g, dy, x)
-
-
-@_piecewise_linear
-@np.errstate(all="ignore")
-def threshold_grad2(g, dy, x, threshold, value):
+def zero_grad2(g, dy, x, *params, **named):
+    """The second derivative of every piecewise-linear op (`OpDef.piecewise_linear`; prelu's for every weight),
+    whatever its parameters: +0, NaN where x is NaN."""
     return _zero_grad2(g, dy, x)
 
 

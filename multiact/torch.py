@@ -331,7 +331,7 @@ class _OpSet:
                     "it needs multiact.backward2 (f''), which this version of multiact does not have")
             res[1] = self.grad2(gg, dy, x, *vals)
         if self.li is not None and need[2 + self.li]:
-            res[2 + self.li] = _mixed(self, "grad", gg, dy, x, vals)
+            res[2 + self.li] = _mixed(self, gg, dy, x, vals)
         return tuple(res)
 
     def _grad_y_backward(self, ctx, gg):
@@ -414,45 +414,79 @@ def _swish_terms(x: torch.Tensor, beta: torch.Tensor):
     return b, s, ds
 
 
-def _mixed(s: _OpSet, what: str, gg, dy, x, vals):
-    """d/d(learnable parameter) of <gg, dy * f'(x)>, the mixed second derivative."""
+# The second derivatives of an op in its learnable parameter, registered against the op (prelu's weight, swish's
+# beta): mixed(s, gg, dy, x, vals) -> d/d(param) of <gg, dy * f'(x)>; pgrad(s, need, gg, dy, x, vals) -> the
+# backward of the parameter gradient sum(dy * df/dp) for an upstream gg of the parameter's shape.
+_MIXED: dict[str, Any] = {}
+_PGRAD: dict[str, Any] = {}
+
+
+def _second_rule(table: dict[str, Any], op: str):
+    def register(fn):
+        table[op] = fn
+        return fn
+    return register
+
+
+@_second_rule(_MIXED, "prelu")
+def _prelu_mixed(s: _OpSet, gg, dy, x, vals):
+    return _per_channel(torch.where(x > 0, torch.zeros_like(x), gg * dy), x, vals[s.li], vals[1])
+
+
+@_second_rule(_MIXED, "swish")
+def _swish_mixed(s: _OpSet, gg, dy, x, vals):
     learn = vals[s.li]
-    if s.spec.name == "prelu":
-        return _per_channel(torch.where(x > 0, torch.zeros_like(x), gg * dy), x, learn, vals[1])
-    if s.spec.name == "swish":
-        b, _, ds = _swish_terms(x, learn)
-        return (gg * dy * x * ds * (2 + b * x * (1 - 2 * torch.sigmoid(b * x)))).sum().to(learn.dtype)
-    raise _second_order_error(
-        f"the gradient of multiact.{s.spec.name}_grad with respect to {s.learn} (double backward)",
-        "its mixed second derivative is not written")
+    b, _, ds = _swish_terms(x, learn)
+    return (gg * dy * x * ds * (2 + b * x * (1 - 2 * torch.sigmoid(b * x)))).sum().to(learn.dtype)
+
+
+@_second_rule(_PGRAD, "prelu")
+def _prelu_pgrad(s: _OpSet, need, gg, dy, x, vals):
+    res: list[Any] = [None] * len(need)
+    w = _channel(gg, x, vals[1])
+    neg = x <= 0
+    if need[0]:
+        res[0] = torch.where(neg, w * x, torch.zeros_like(x))
+    if need[1]:
+        res[1] = torch.where(neg, w * dy, torch.zeros_like(x))
+    return tuple(res)
+
+
+@_second_rule(_PGRAD, "swish")
+def _swish_pgrad(s: _OpSet, need, gg, dy, x, vals):
+    res: list[Any] = [None] * len(need)
+    learn = vals[s.li]
+    b, sg, ds = _swish_terms(x, learn)
+    g = gg.to(x.dtype)
+    if need[0]:
+        res[0] = g * x * x * ds
+    if need[1]:
+        res[1] = g * dy * x * ds * (2 + b * x * (1 - 2 * sg))
+    if need[2 + s.li]:
+        res[2 + s.li] = (g * (dy * x ** 3 * ds * (1 - 2 * sg)).sum()).to(learn.dtype)
+    return tuple(res)
+
+
+def _mixed(s: _OpSet, gg, dy, x, vals):
+    """d/d(learnable parameter) of <gg, dy * f'(x>: the mixed second derivative, where the op registered it."""
+    rule = _MIXED.get(s.spec.name)
+    if rule is None:
+        raise _second_order_error(
+            f"the gradient of multiact.{s.spec.name}_grad with respect to {s.learn} (double backward)",
+            "its mixed second derivative is not written")
+    return rule(s, gg, dy, x, vals)
 
 
 def _mixed_pgrad(s: _OpSet, need, gg, dy, x, vals):
-    """The backward of the parameter gradient sum(dy * df/dp) for an upstream gg of the parameter's shape."""
-    res: list[Any] = [None] * len(need)
+    """The backward of the parameter gradient, where the op registered it (a learnable parameter given as a
+    tensor)."""
     if not any(need):
-        return tuple(res)
-    learn = None if s.li is None else vals[s.li]
-    if s.spec.name == "prelu":
-        w = _channel(gg, x, vals[1])
-        neg = x <= 0
-        if need[0]:
-            res[0] = torch.where(neg, w * x, torch.zeros_like(x))
-        if need[1]:
-            res[1] = torch.where(neg, w * dy, torch.zeros_like(x))
-        return tuple(res)
-    if s.spec.name == "swish" and learn is not None:
-        b, sg, ds = _swish_terms(x, learn)
-        g = gg.to(x.dtype)
-        if need[0]:
-            res[0] = g * x * x * ds
-        if need[1]:
-            res[1] = g * dy * x * ds * (2 + b * x * (1 - 2 * sg))
-        if need[2 + s.li]:
-            res[2 + s.li] = (g * (dy * x ** 3 * ds * (1 - 2 * sg)).sum()).to(learn.dtype)
-        return tuple(res)
-    raise _second_order_error(f"multiact.{s.spec.name}_{s.spec.defn.param_grad}_grad (the parameter gradient's "
-                              "own gradient)", "its second derivatives are not written")
+        return (None,) * len(need)
+    rule = _PGRAD.get(s.spec.name)
+    if rule is None or s.li is None:
+        raise _second_order_error(f"multiact.{s.spec.name}_{s.spec.defn.param_grad}_grad (the parameter gradient's "
+                                  "own gradient)", "its second derivatives are not written")
+    return rule(s, need, gg, dy, x, vals)
 
 
 class _InPlace(torch.autograd.Function):
@@ -789,10 +823,12 @@ def _make_module(spec: OpSpec) -> type:
 class Swish(_Multiact):
     """x * sigmoid(beta x) with beta learned (learnable=True) through multiact.swish_beta_grad."""
 
+    op = "swish"  # the op of the table this module is, with its parameter as a learnable tensor
+
     def __init__(self, beta: float = 1.0, learnable: bool = True, inplace: bool = False, *,
                  backend: str | None = None, device: Any = None, dtype: Any = None) -> None:
         super().__init__()
-        OPS["swish"].validate({"beta": beta})
+        OPS[self.op].validate({"beta": beta})
         b = torch.tensor(float(beta), device=device, dtype=dtype or torch.get_default_dtype())
         if learnable:
             self.beta = nn.Parameter(b)
@@ -801,7 +837,7 @@ class Swish(_Multiact):
         self.inplace, self.backend = inplace, backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _apply(OPS["swish"], x, {"beta": self.beta}, self.inplace, self.backend)
+        return _apply(OPS[self.op], x, {"beta": self.beta}, self.inplace, self.backend)
 
     def extra_repr(self) -> str:
         learn = isinstance(self.beta, nn.Parameter)
@@ -811,6 +847,8 @@ class Swish(_Multiact):
 
 class PReLU(_Multiact):
     """Parametric ReLU, a learned slope per channel (dim 1) or one for all, through multiact.prelu_weight_grad."""
+
+    op = "prelu"  # the op of the table this module is, with its weight as a learnable tensor
 
     def __init__(self, num_parameters: int = 1, init: float = 0.25, inplace: bool = False, *,
                  backend: str | None = None, device: Any = None, dtype: Any = None) -> None:
@@ -822,14 +860,14 @@ class PReLU(_Multiact):
         self.inplace, self.backend = inplace, backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _apply(OPS["prelu"], x, {"weight": self.weight, "axis": 1}, self.inplace, self.backend)
+        return _apply(OPS[self.op], x, {"weight": self.weight, "axis": 1}, self.inplace, self.backend)
 
     def extra_repr(self) -> str:
         return (f"num_parameters={self.num_parameters}" + (", inplace=True" if self.inplace else "")
                 + f", {self._backend_repr()}")
 
 
-MODULES: dict[str, type] = {"swish": Swish, "prelu": PReLU}
+MODULES: dict[str, type] = {cls.op: cls for cls in (Swish, PReLU)}  # the learnable forms, written by hand
 for _op, _spec in OPS.items():
     if _op not in MODULES:
         MODULES[_op] = _make_module(_spec)
@@ -1053,7 +1091,7 @@ def _apply_gated(cdef: CompositeDef, x: Any, up: Any, given: dict, extra: dict, 
 def _gated_signature(cdef: CompositeDef) -> tuple[str, str, str]:
     """(multiact.<name>'s parameters after x without out=, the module's after self, the own-parameter dict)."""
     sig = inspect.signature(gated.FUNCTIONS[cdef.name])
-    params = [p for p in sig.parameters.values() if p.name not in ("x", "out")]
+    params = [p for p in sig.parameters.values() if p.name not in ("x", "out", "quant")]  # quant: not in mt yet
     fn = str(sig.replace(parameters=params))[1:-1]
     mod = str(sig.replace(parameters=[p for p in params if p.name != "up"]))[1:-1]
     return fn, mod, "{" + ", ".join(f"{p.name!r}: {p.name}" for p in cdef.params) + "}"

@@ -10,7 +10,8 @@ C names: `ma_<dtype>_<cname>__<isa>`, e.g. `ma_f32_gelu_tanh__avx2`, `ma_f16_sig
 `ma_bf16_silu__scalar`, `ma_f32_silu__avx512`.
 An op's elementwise kernels are its kernel keys (forward), `<key>_grad` or the op's shared backward
 kernel, and `<key>_grad_y` for a backward of its own from the output; an op with an array parameter
-(prelu) and the parameter gradients have signatures of their own.
+(prelu: signature `channel`, a weight per channel) and the parameter gradients (`channel_param_grad`,
+`scalar_param_grad`) have signatures of their own.
 
 Second derivatives (direction backward2, `ma.backward2`): `<key>_grad2` for every kernel key, signature
 ternary (g, dy, x) -> g dy f''(x), bodies in ma_ops2.h (prelu's takes no weight: its f'' is 0 for every one).
@@ -101,13 +102,19 @@ class Kernel(NamedTuple):
     isa: str
     cname: str
     symbol: str
-    signature: str  # unary | binary | ternary | prelu | prelu_weight_grad | swish_beta_grad | gated | gated_grad
+    signature: str  # unary | binary | ternary | channel | channel_param_grad | scalar_param_grad | gated | gated_grad
     #                 | bias_act | bias_act_grad
 
 
 def _grad2_name(key: str) -> str:
     """The C name of a kernel key's second derivative (ma_ops2.h's op_<key>_grad2)."""
     return f"{key}_grad2"
+
+
+def zero_grad2_keys() -> tuple[str, ...]:
+    """The kernel keys whose second derivative is the zero body (the definitions' piecewise_linear ops; prelu's
+    for every weight, its kernel takes none): ma_kernel_list.h's MA_ZERO_GRAD2_LIST, expanded by ma_ops2.h."""
+    return tuple(k for d in DEFS if d.piecewise_linear for k in d.keys)
 
 
 def _channel_op(d) -> bool:
@@ -121,14 +128,14 @@ def _rows() -> list[tuple[str, str, str, str, str]]:
     for d in DEFS:
         for key in d.keys:
             if _channel_op(d):
-                rows += [(d.name, key, "forward", d.name, "prelu"), (d.name, key, "backward", d.name, "prelu")]
+                rows += [(d.name, key, "forward", d.name, "channel"), (d.name, key, "backward", d.name, "channel")]
             else:
                 names = d.kernel_names(key)
                 rows += [(d.name, key, direction, cname, "unary" if direction == "forward" else "binary")
                          for direction, cname in names.items()]
             rows.append((d.name, key, "backward2", _grad2_name(key), "ternary"))
         if d.param_grad:
-            sig = "prelu_weight_grad" if _channel_op(d) else "swish_beta_grad"
+            sig = "channel_param_grad" if _channel_op(d) else "scalar_param_grad"
             rows.append((d.name, d.name, "param_grad", f"{d.name}_{d.param_grad}_grad", sig))
     for fam, _, k in _gated_keys():
         rows += [(fam.name, fam.key(k), direction, fam.cname(k, direction), fam.name + sig)
@@ -268,14 +275,14 @@ def _src(name: str) -> str:
 
 
 def float64_bodies() -> frozenset[str]:
-    """The C names whose bodies compile in float64 lanes: the op_<name> bodies (and MA_ZERO_GRAD2 lines) of
-    ma_ops.h and ma_ops2.h above their `#if !defined(MA_F64)` line (the bodies below it use float32 math), and
-    every one of ma_ops64.h (the float64 bodies of the exponential ops)."""
-    names: set[str] = set()
+    """The C names whose bodies compile in float64 lanes: the op_<name> bodies of ma_ops.h and ma_ops2.h above
+    their `#if !defined(MA_F64)` line (the bodies below it use float32 math), the zero second derivatives
+    (zero_grad2_keys: ma_ops2.h expands them above that line), and every one of ma_ops64.h (the float64 bodies
+    of the exponential ops)."""
+    names: set[str] = {_grad2_name(k) for k in zero_grad2_keys()}
     for header in ("ma_ops.h", "ma_ops2.h", "ma_ops64.h"):
         head = _src(header).split("\n#if !defined(MA_F64)", 1)[0]
         names.update(re.findall(r"^MA_INLINE V op_(\w+)\(", head, flags=re.M))
-        names.update(n + "_grad2" for n in re.findall(r"^MA_ZERO_GRAD2\((\w+)\)", head, flags=re.M))
     return frozenset(names)
 
 
@@ -454,7 +461,9 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
                               for n in _elementwise(sig) if n in f64 and only is None)  # the C harness: none
     lists_bf16 = (bf16_list("MA_KERNEL_LIST", wrapped[:n_e]) + bf16_list("MA_GATED_LIST", wrapped[n_e:n_g])
                   + bf16_list("MA_BIAS_LIST", wrapped[n_g:n_b]) + bf16_list("MA_BIAS_Y_LIST", wrapped[n_b:]))
-    return (f"/* Generated from native/kernels.py; do not edit. */\n{guards}"
+    zero = " \\\n".join(f"    MA_ZERO_GRAD2({k})" for k in zero_grad2_keys())
+    return ("/* Generated from native/kernels.py; do not edit. */\n#ifndef MA_KERNEL_LIST_H\n"
+            f"#define MA_KERNEL_LIST_H\n{guards}"
             "/* The prelu and swish-beta kernels (not in the lists) go with part 0. */\n"
             "#if !defined(MA_PART) || MA_PART == 0\n#define MA_PART_FIRST 1\n#else\n#define MA_PART_FIRST 0\n#endif\n"
             f"#define MA_KERNEL_LIST \\\n{body}\n"
@@ -469,17 +478,23 @@ def x_macro_header(bf16: frozenset[str] | None = None, only: frozenset[str] | No
             "/* The kernels whose bfloat16 versions are built (the extension: all) */\n"
             f"{lists_bf16}"
             "/* The float64 kernels (ma_kernels64.inc), one translation unit per ISA */\n"
-            f"#define MA_KERNEL_LIST_F64 \\\n{f64_body}\n")
+            f"#define MA_KERNEL_LIST_F64 \\\n{f64_body}\n"
+            "/* MA_ZERO_GRAD2(key): the keys whose f'' is 0 (the definitions' piecewise_linear), every one whatever\n"
+            " * the selection: ma_ops2.h's zero bodies */\n"
+            f"#define MA_ZERO_GRAD2_LIST \\\n{zero}\n"
+            "#endif\n")
 
 
 _SIGS = {
     "unary": "void {s}(const {t} *x, {t} *y, size_t n, const ma_params *p);",
     "binary": "void {s}(const {t} *dy, const {t} *x, {t} *dx, size_t n, const ma_params *p);",
     "ternary": "void {s}(const {t} *g, const {t} *dy, const {t} *x, {t} *out, size_t n, const ma_params *p);",
-    "prelu": "void {s}(const {t} *dy, const {t} *x, {t} *y, size_t outer, size_t c, size_t inner, "
+    "channel": "void {s}(const {t} *dy, const {t} *x, {t} *y, size_t outer, size_t c, size_t inner, "
              "const float *w, int nthreads);",
-    "prelu_weight_grad": "void {s}(const {t} *dy, const {t} *x, size_t outer, size_t c, size_t inner, double *acc);",
-    "swish_beta_grad": "double {s}(const {t} *dy, const {t} *x, size_t n, float beta, unsigned cost, int nthreads);",
+    "channel_param_grad": "void {s}(const {t} *dy, const {t} *x, size_t outer, size_t c, size_t inner, "
+                          "double *acc);",
+    "scalar_param_grad": "double {s}(const {t} *dy, const {t} *x, size_t n, float beta, unsigned cost, "
+                         "int nthreads);",
     "gated": "void {s}(const {t} *gate, const {t} *up, {t} *y, const ma_gshape *s, const ma_params *p);",
     "gated_grad": "void {s}(const {t} *dy, const {t} *gate, const {t} *up, {t} *dgate, {t} *dup, "
                   "const ma_gshape *s, const ma_params *p);",

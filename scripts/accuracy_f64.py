@@ -1,5 +1,5 @@
 """float64 accuracy of a backend over a dense sweep: 2^22 inputs per op, case and direction, judged against the
-float64 reference in float64 ULP of the reference, by the rules of `multiact check --dense` (tools/accuracy.py)
+float64 reference in float64 ULP of the reference, by the rules of `multiact check --dense` (multiact/cli/accuracy.py)
 with float64's eps and smallest normal:
 
 - forward: |got - ref| / ulp(ref), less the op's declared cancellation fwd_atol * eps |x|;
@@ -17,7 +17,7 @@ Inputs: 2^20 bit patterns evenly spaced over [2^-40, 800] on each sign (every bi
 neighbourhood of 0) and 2^21 points evenly spaced on [-40, 40].  Run once per ISA (MULTIACT_NATIVE_ISA) on the
 native backend, and for numba as the peer (libm):
 
-    MULTIACT_NATIVE_ISA=avx2 python scripts/accuracy_f64.py --backend native --out benchmarks/results/...
+    MULTIACT_NATIVE_ISA=avx2 python scripts/accuracy_f64.py --backend native --out results/...
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def served(backend: str, spec, p, direction: str) -> bool:
 def rows(backend: str, ops: list[str] | None):
     x = points()
     for op, spec in OPS.items():
-        if (ops and op not in ops) or op == "prelu":
+        if (ops and op not in ops) or spec.defn.array_param:  # a weight per channel: not an elementwise sweep
             continue
         for params in C.param_cases(spec):
             p = C._rounded(spec, params, np.float64)
@@ -161,7 +161,7 @@ def main() -> int:
     ap.add_argument("--op", help="comma list (default: every op the backend has float64 kernels of)")
     ap.add_argument("--out", help="also write the table to this file")
     a = ap.parse_args()
-    from multiact.tools import sysinfo
+    from multiact.cli import sysinfo
 
     head = [f"# float64 dense sweep (scripts/accuracy_f64.py), backend {a.backend}"
             f" (MULTIACT_NATIVE_ISA={os.environ.get('MULTIACT_NATIVE_ISA', 'auto')}), {len(points())} inputs per row,"

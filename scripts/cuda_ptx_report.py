@@ -154,7 +154,7 @@ def family_sample(builds: list) -> list:
 # CI compiles these three (a heavy formula's backward in the rows layout and the y form in the strided one, each
 # with its float64 block reduction, in float16 data; a rows forward) and the three second-stage sums kernels;
 # `--only bias_act --family all` compiles all of them (tests/test_bias_act_ptx.py under MULTIACT_TEST_FULL=1;
-# tests/results/cuda-ptx-bias_act.md).
+# results/cuda-ptx-bias_act.md).
 BIAS_ACT_SAMPLE = ("bias_act:gelu.backward.float16.rows", "bias_act:sigmoid.backward_y.float16.strided",
                    "bias_act:gelu_tanh.forward.float16.rows")
 

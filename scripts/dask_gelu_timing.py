@@ -66,7 +66,7 @@ def main() -> None:
 
     (_, _, _, s_dask), (_, _, _, s_one) = list(res.values())[:2]
     ref = float(np.sum(reference.gelu(x.astype(np.float64), approximate="none")))
-    from multiact.tools import sysinfo
+    from multiact.cli import sysinfo
 
     print(f"CPU: {sysinfo.summary()}")  # the CPU these timings are measured on
     print(f"n = {n} float32 ({n * 4 / 2**20:.0f} MiB) in {args.chunks} chunks; workers: {set(backends.values())}"

@@ -8,7 +8,7 @@ elements, multiact against torch.  Times are CUDA-event medians.  Writes
 gpu-bench.json and gpu-bench.md to --out.  Each op is guarded: one failure
 is recorded and the run goes on.
 
-    python scripts/gpu_bench.py --out benchmarks/results [--n 268435456] [--ops relu,gelu]
+    python scripts/gpu_bench.py --out results [--n 268435456] [--ops relu,gelu]
 """
 
 from __future__ import annotations
@@ -26,40 +26,24 @@ PARAMS = {"threshold": {"threshold": 0.1, "value": 0.0}}
 
 
 def _torch_baselines(torch):
-    """(forward, backward) per op: PyTorch's own CUDA kernels; None where torch has no single kernel."""
-    F, A = torch.nn.functional, torch.ops.aten
-    sa, ss = 1.6732632423543772, 1.0507009873554805
+    """(forward, backward) per op: PyTorch's own CUDA kernels (the op's definition's torch spelling, through
+    multiact.cli.peers); the backward None where torch has no kernel; where torch's backward starts from y
+    (sigmoid, tanh) it is timed from y = op(x), as autograd does.  The ops torch has no function for are left out."""
+    from multiact.cli import peers
+    from multiact.optable import OPS
 
-    def sig_bwd(dy, x):
-        return A.sigmoid_backward(dy, torch.sigmoid(x))
-
-    return {
-        "relu": (torch.relu, lambda dy, x: A.threshold_backward(dy, x, 0)),
-        "relu6": (F.relu6, lambda dy, x: A.hardtanh_backward(dy, x, 0.0, 6.0)),
-        "leaky_relu": (lambda x: F.leaky_relu(x, 0.01), lambda dy, x: A.leaky_relu_backward(dy, x, 0.01, False)),
-        "prelu": (lambda x, w: F.prelu(x, w), lambda dy, x, w: A._prelu_kernel_backward(dy, x, w)[0]),
-        "elu": (F.elu, lambda dy, x: A.elu_backward(dy, 1.0, 1.0, 1.0, False, x)),
-        "selu": (F.selu, lambda dy, x: A.elu_backward(dy, sa, ss, 1.0, False, x)),
-        "celu": (F.celu, lambda dy, x: A.elu_backward(dy, 1.0, 1.0, 1.0, False, x)),
-        "gelu": (F.gelu, lambda dy, x: A.gelu_backward(dy, x)),
-        "fast_gelu": (lambda x: x * torch.sigmoid(1.702 * x), None),
-        "silu": (F.silu, lambda dy, x: A.silu_backward(dy, x)),
-        "swish": (lambda x: x * torch.sigmoid(x), None),
-        "hardswish": (F.hardswish, lambda dy, x: A.hardswish_backward(dy, x)),
-        "hardsigmoid": (F.hardsigmoid, lambda dy, x: A.hardsigmoid_backward(dy, x)),
-        "sigmoid": (torch.sigmoid, None),  # its backward starts from y: timed separately as backward_y
-        "logsigmoid": (F.logsigmoid, lambda dy, x: A.log_sigmoid_backward(dy, x, torch.empty(0, device=x.device))),
-        "tanh": (torch.tanh, None),
-        "hardtanh": (F.hardtanh, lambda dy, x: A.hardtanh_backward(dy, x, -1.0, 1.0)),
-        "softplus": (F.softplus, lambda dy, x: A.softplus_backward(dy, x, 1.0, 20.0)),
-        "softsign": (F.softsign, None),
-        "mish": (F.mish, lambda dy, x: A.mish_backward(dy, x)),
-        "softshrink": (F.softshrink, lambda dy, x: A.softshrink_backward(dy, x, 0.5)),
-        "hardshrink": (F.hardshrink, lambda dy, x: A.hardshrink_backward(dy, x, 0.5)),
-        "tanhshrink": (F.tanhshrink, None),
-        "threshold": (lambda x: F.threshold(x, 0.1, 0.0), lambda dy, x: A.threshold_backward(dy, x, 0.1)),
-        "_sig_bwd": (None, sig_bwd),
-    }
+    base = {}
+    for op in OPS:
+        if op not in peers.TORCH_OPS:
+            continue
+        spec = OPS[op]
+        kernels = peers.torch_kernels(torch, op, spec.validate(dict(PARAMS.get(op, {}))))
+        fwd = kernels["fwd"][0]
+        bwd = kernels["bwd"][0] if "bwd" in kernels else None
+        if bwd is None and "bwd_y" in kernels:
+            bwd = (lambda by, f: lambda dy, x: by(dy, f(x)))(kernels["bwd_y"][0], fwd)
+        base[op] = (fwd, bwd)
+    return base
 
 
 def _time_ms(torch, fn, reps: int) -> float:
@@ -90,7 +74,7 @@ def _overhead_us(torch, fn, calls: int = 2000) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "results")
     ap.add_argument("--n", type=int, default=1 << 28)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--ops", default="")
@@ -163,18 +147,18 @@ def main() -> int:
 def _bench_op(torch, ma, base, op, dname, x, dy, out, w, args, copy, failures) -> list[dict]:
     """Forward and grad of one op in one dtype: ours (out= and allocating), torch's, bandwidth."""
     item = x.element_size()
+    from multiact.optable import OPS
+
     kw = dict(PARAMS.get(op, {}))
-    if op == "prelu":
-        kw["weight"] = w
+    array = OPS[op].defn.array_param
+    if array:  # one weight (prelu's)
+        kw[array] = w
     tf, tb = base.get(op, (None, None))
-    extra = (w,) if op == "prelu" else ()
-    if op == "sigmoid":
-        tb = base["_sig_bwd"][1]
     cases = [
         ("forward", 2, lambda: ma.forward(op, x, out=out, **kw), lambda: ma.forward(op, x, **kw),
-         None if tf is None else (lambda: tf(x, *extra))),
+         None if tf is None else (lambda: tf(x))),
         ("backward", 3, lambda: ma.backward(op, dy, x, out=out, **kw), lambda: ma.backward(op, dy, x, **kw),
-         None if tb is None else (lambda: tb(dy, x, *extra))),
+         None if tb is None else (lambda: tb(dy, x))),
     ]
     rows = []
     for direction, arrays, ours, ours_alloc, theirs in cases:

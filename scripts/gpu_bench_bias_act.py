@@ -40,7 +40,7 @@ def _layout(cb, forced: str | None):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or "benchmarks/results")
+    ap.add_argument("--out", default=os.environ.get("OUT") or "results")
     ap.add_argument("--n", type=int, default=1 << 24)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--acts", default="gelu,relu")

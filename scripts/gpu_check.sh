@@ -19,10 +19,10 @@
 # native extension is built in place if absent, from this tree); numba-cuda, cupy and torch must
 # already be installed.  Each step has a time limit drawn from one overall budget.
 # Results: $OUT/gpu-check.md (the file to commit), logs under $OUT/gpu-check-raw/; OUT defaults to
-# benchmarks/results.  GPU_CHECK_BUDGET (seconds, default 470) sets the budget.
+# results.  GPU_CHECK_BUDGET (seconds, default 470) sets the budget.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-out=${OUT:-$here/benchmarks/results}
+out=${OUT:-$here/results}
 raw=$out/gpu-check-raw
 py=${PYTHON:-python3}
 deadline=$((SECONDS + ${GPU_CHECK_BUDGET:-470}))

@@ -242,9 +242,9 @@ def _calls(ma, spec, direction, p, x, dy, out) -> int:
     import numpy as np
 
     op, kw = spec.name, {**p, "backend": "native"}
-    if op == "prelu":  # a weight per channel of a 2-D x, a single one otherwise
+    if spec.defn.array_param:  # a weight per channel of a 2-D x, a single one otherwise
         w = np.linspace(0.05, 0.3, x.shape[1] if x.ndim == 2 else 1).astype(x.dtype)
-        kw = {"weight": w, "axis": x.ndim - 1, "backend": "native"}
+        kw = {spec.defn.array_param: w, "axis": x.ndim - 1, "backend": "native"}
     if direction == "param_grad":
         ma.param_grad(op, spec.param_grad[0], dy, x, **kw)
         return 1

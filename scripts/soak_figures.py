@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 import multiact as ma
-from multiact.optable import FLOAT_DTYPES, OPS
+from multiact.optable import FLOAT_DTYPES, OPS, REQUIRED
 
 
 def _rss_mib() -> float:
@@ -42,10 +42,11 @@ def _mix(backends: list[str]):
     inputs = {(d, n): (rng.standard_normal(n) * 4).astype(d) for d in FLOAT_DTYPES for n in sizes}
     entries = []
     for op in OPS:
+        needs_params = any(q.default is REQUIRED for q in OPS[op].params)  # called with the defaults only
         for dtype in FLOAT_DTYPES:
             for backend in backends:
                 for direction in ("forward", "backward"):
-                    if op in ("prelu", "threshold") or not ma.registry.module(backend).supports(op, direction, dtype):
+                    if needs_params or not ma.registry.module(backend).supports(op, direction, dtype):
                         continue
                     entries.append((op, direction, backend, inputs[(dtype, sizes[len(entries) % len(sizes)])]))
     order = rng.permutation(len(entries))
@@ -92,7 +93,7 @@ def main() -> None:
     ap.add_argument("--small", type=int, default=1_000_000)
     ap.add_argument("--large", type=int, default=1000)
     a = ap.parse_args()
-    from multiact.tools import sysinfo
+    from multiact.cli import sysinfo
 
     print(f"CPU: {sysinfo.summary()}")  # the CPU these figures are measured on
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "

@@ -5,10 +5,10 @@
 # with AVX2 only; the headers come from PyPI's cmeel-simde (pip install cmeel-simde) or SIMDE_INCLUDE.
 # HARNESS_SAMPLE=1: only native/kernels.py's sample() (plus prelu and the parameter gradients), which runs
 # every loop and vector-layer macro at a fraction of the compile time (SIMDe builds are slow: measured in
-# tests/results/native-harness-full.txt).
+# results/native-harness-full.txt).
 # HARNESS_TWIN=ISA (e.g. avx2 for avx512 or avx512-simde): that ISA's kernels built in too, and every kernel's
 # outputs compared with its twin's bit for bit (the bias_act sums within their bound).
-# HARNESS_ARGS=--serve: the harness serves kernel requests on stdin/stdout instead (multiact/tools/served.py, the
+# HARNESS_ARGS=--serve: the harness serves kernel requests on stdin/stdout instead (multiact/cli/served.py, the
 # accuracy sweeps of NEON under qemu); the build's messages then go to stderr.
 # Extra compiler flags come from HARNESS_CFLAGS (e.g. -fsanitize=address,undefined).
 # bfloat16: every kernel with HARNESS_BF16=all (the default for neon, which only this harness runs), else one

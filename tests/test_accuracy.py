@@ -3,7 +3,7 @@
 The reference must be accurate to 0.01 float32 ULP wherever a float32 result is normal, tails included,
 or the exhaustive tables (`multiact check --exhaustive`) would measure the reference, not the kernels.
 The CI subset of the sweep (every 4096th float32 bit pattern: 2^20 points, 2048 in every binade) runs on
-the host's native ISA; its measured bounds are committed (tests/results/accuracy-f32-subset.json) and a
+the host's native ISA; its measured bounds are committed (results/accuracy-f32-subset.json) and a
 bound that grows fails here.
 """
 
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 from multiact import consistency as C
+from multiact.cli import accuracy as A
 from multiact.optable import OPS
 from multiact.reference import FAST_GELU_K, GELU_TANH_C, GELU_TANH_K, SELU_ALPHA, SELU_SCALE
-from multiact.tools import accuracy as A
 
 mp.mp.dps = 40
-BOUNDS = Path(__file__).parent / "results" / "accuracy-f32-subset.json"
+BOUNDS = Path(__file__).resolve().parents[1] / "results" / "accuracy-f32-subset.json"
 
 
 def _sig(z):
@@ -132,7 +132,7 @@ def _tail_ops() -> list[str]:
 def test_host_backends_float32_tails_within_the_bound(backend):
     """numba and numpy on the tail ops within 4 ULP (backward: beyond the floor), subnormal-output misses and
     specials included: every 262144th pattern in CI (16,384 points per case), the CI subset with
-    MULTIACT_TEST_FULL=1 (benchmarks/results/accuracy-f32-subset-{numba,numpy}.txt: every op)."""
+    MULTIACT_TEST_FULL=1 (results/accuracy-f32-subset-{numba,numpy}.txt: every op)."""
     if backend == "numba":
         pytest.importorskip("numba")
     full = os.environ.get("MULTIACT_TEST_FULL") == "1"

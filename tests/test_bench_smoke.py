@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import multiact as ma
-from multiact.tools import bench, peers
-from multiact.tools.cli import main
+from multiact.cli import bench, peers
+from multiact.cli.commands import main
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "benchmarks"
 

@@ -3,7 +3,7 @@ host backend that claims bfloat16 (computed in float32, rounded once to nearest 
 
 The default run judges a fixed sample of the 65,536 patterns (every 13th, and every special value) for
 every case; MULTIACT_TEST_FULL=1 judges all of them (`multiact check --dtype bfloat16` does the same on a
-user's machine; the counts are in tests/results/bf16-exhaustive.txt).
+user's machine; the counts are in results/bf16-exhaustive.txt).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The cuda backend's bias_act kernels (issue 16) as `builds()` lists them for compiling without a GPU: one per
 (key, direction, dtype, layout: "strided" and "rows") the backend supports, derived from the table; and, under
 MULTIACT_TEST_FULL=1, all 363 compiled for sm_90 by scripts/cuda_ptx_report.py (about 35 min on 2 loaded cores;
-CI's tests/test_cuda_ptx.py compiles the sample `BIAS_ACT_SAMPLE`).  Results: tests/results/cuda-ptx-bias_act.md."""
+CI's tests/test_cuda_ptx.py compiles the sample `BIAS_ACT_SAMPLE`).  Results: results/cuda-ptx-bias_act.md."""
 
 from __future__ import annotations
 

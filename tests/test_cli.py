@@ -13,8 +13,8 @@ import pytest
 
 import multiact as ma
 from multiact import registry
-from multiact.tools import bench, peers, selfcheck
-from multiact.tools.cli import main
+from multiact.cli import bench, peers, selfcheck
+from multiact.cli.commands import main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -324,7 +324,7 @@ def test_without_optional_extras(capsys, monkeypatch):
     """No tqdm: a plain progress line; no matplotlib: --plot refused before timing anything."""
     import importlib.util as iu
 
-    from multiact.tools import _report
+    from multiact.cli import _report
 
     monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm -> ImportError
     seen = list(_report.progress(range(3), 3, "work", stream=sys.stdout))
@@ -396,7 +396,7 @@ def _fake_load(monkeypatch, over: float) -> int:
     """The 1-minute load average set to (usable CPUs + over); returns the CPU count."""
     import os
 
-    from multiact.tools import sysinfo
+    from multiact.cli import sysinfo
 
     ncpu = sysinfo.cpu()["usable_cpus"]
     monkeypatch.setattr(os, "getloadavg", lambda: (ncpu + over, 1.0, 1.0))
@@ -580,7 +580,7 @@ def test_demo(capsys):
 
 def test_a_printed_range_holds_its_printed_ratio():
     """The range is rounded outward, so 2 significant digits never put the printed ratio outside it."""
-    from multiact.tools.cli import _ratio
+    from multiact.cli.commands import _ratio
 
     assert _ratio(0.101, (0.1005, 0.1014), "x") == "0.101x [0.1, 0.11]"
     assert _ratio(0.3, (0.3, 0.3), "x") == "0.3x [0.3, 0.3]"

@@ -1,4 +1,4 @@
-"""The exhaustive float32 engine (`multiact check --exhaustive`, multiact/tools/exhaustive.py).
+"""The exhaustive float32 engine (`multiact check --exhaustive`, multiact/cli/exhaustive.py).
 
 Its figures stand for all 2^32 inputs only if its two substitutions hold: the compiled float64 reference
 (the numba backend's float64 kernels) must agree with reference.py, and the compiled judge must count as
@@ -12,14 +12,14 @@ import json
 import numpy as np
 import pytest
 
-from multiact.tools import accuracy as A
+from multiact.cli import accuracy as A
 
 pytest.importorskip("numba")
 native = pytest.importorskip("multiact.backend.native_backend")
 if not native.available()[0]:
     pytest.skip(native.available()[1], allow_module_level=True)
 
-from multiact.tools import exhaustive as E  # noqa: E402
+from multiact.cli import exhaustive as E  # noqa: E402
 
 STRIDE = 1 << 16
 # one op per rule of the judge: a forward floor (hardsigmoid's fwd_atol), the backward floor, y-forms
@@ -106,7 +106,7 @@ def test_kernel_of_an_isa_this_machine_does_not_run():
     (["--op", "nonesuch"], "unknown op"),
 ])
 def test_cli_refuses_clearly(argv, message):
-    from multiact.tools import cli
+    from multiact.cli import commands as cli
 
     with pytest.raises(SystemExit, match=message):
         cli.main(["check", "--exhaustive", "--stride", str(1 << 20), "--no-progress", *argv])
@@ -114,7 +114,7 @@ def test_cli_refuses_clearly(argv, message):
 
 def test_cli_runs_every_isa(capsys):
     """The whole command on a sparse stride: the reference's distance, one table per ISA."""
-    from multiact.tools import cli
+    from multiact.cli import commands as cli
 
     assert cli.main(["check", "--exhaustive", "--stride", str(1 << 22), "--op", "relu,silu", "--workers", "1",
                      "--no-progress"]) == 0
@@ -127,7 +127,7 @@ def test_cli_runs_every_isa(capsys):
 
 def test_the_float16_table_judges_every_input_and_catches_an_ulp():
     from multiact.backend import native_backend
-    from multiact.tools import half_table
+    from multiact.cli import half_table
 
     isas = native_backend.info()["isas"]
     rows = half_table.rows(["gelu", "relu6"], isas)

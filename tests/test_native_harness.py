@@ -7,7 +7,7 @@ The default run (CI) builds the host SIMD harness and the avx512 harness on a sa
 AVX-512 hardware the real kernels, elsewhere built against SIMDe's AVX-512 emulation (pip install
 cmeel-simde), whose whole-table build takes many minutes.  NEON under qemu, the sanitizers, valgrind and
 the whole avx512 table each rebuild every kernel (minutes on 2 cores since the gated kernels doubled the
-table) and run with MULTIACT_TEST_FULL=1; their last results are in tests/results/native-harness-full.txt.
+table) and run with MULTIACT_TEST_FULL=1; their last results are in results/native-harness-full.txt.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ X86 = platform.machine() in ("x86_64", "AMD64")
 
 FULL = os.environ.get("MULTIACT_TEST_FULL") == "1"
 long_build = pytest.mark.skipif(not FULL, reason="rebuilds every kernel (minutes): MULTIACT_TEST_FULL=1; "
-                                "last results in tests/results/native-harness-full.txt")
+                                "last results in results/native-harness-full.txt")
 
 
 def _run(*cmd: str, env: dict | None = None) -> None:

@@ -17,6 +17,7 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from multiact import onnx_export as X  # noqa: E402
+from multiact.backend import onnx_graphs as G  # noqa: E402
 
 SHAPES = {0: (), 1: (30,), 2: (5, 6), 3: (2, 3, 5), 4: (2, 3, 1, 5)}  # small: one session per op and rank
 
@@ -122,7 +123,7 @@ def test_contract_graphs_compute_in_float64_only_where_measured_necessary():
         for grad in (False, True):
             nodes = X.to_onnx(op, grad=grad, **_params(op)).graph.node
             f64 = any(n.op_type == "Cast" and n.attribute[0].i == onnx.TensorProto.DOUBLE for n in nodes)
-            need = op in (X._F64_BACKWARD if grad else X._F64_FORWARD)
+            need = op in (G.F64_BACKWARD if grad else G.F64_FORWARD)
             assert f64 == need, f"{op} {'backward' if grad else 'forward'}: float64 inside is {f64}"
 
 

@@ -172,10 +172,10 @@ def test_bad_arguments_name_themselves():
 def test_erfc_fit_of_the_graphs_is_accurate_for_float32():
     import math
 
-    from multiact.onnx_export import _erfc_coeffs
+    from multiact.backend.onnx_graphs import erfc_coeffs
 
     z = np.linspace(0, 26, 20001)
     t = 1 / (1 + z / 2)
-    got = t * np.exp(-z * z + np.polynomial.polynomial.polyval(t, _erfc_coeffs()))
+    got = t * np.exp(-z * z + np.polynomial.polynomial.polyval(t, erfc_coeffs()))
     want = np.array([math.erfc(v) for v in z])
     assert np.max(np.abs(got - want) / want) < 1e-9

@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 
 import multiact as ma
+from multiact.cli import _report
 from multiact.optable import LINEAR, OPS, OpTable
-from multiact.tools import _report
 
 
 def test_ops_prints_as_a_table_of_the_definitions():

@@ -101,7 +101,7 @@ def test_references_raise_no_floating_point_warnings():
 def test_kink_conventions_are_pytorchs(op):
     """At each kink (and its float64 neighbours) the reference's derivative is the one PyTorch's autograd uses."""
     pytest.importorskip("torch")
-    from multiact.tools import peers
+    from multiact.cli import peers
 
     spec = OPS[op]
     for params in C.param_cases(spec):
@@ -132,7 +132,7 @@ def test_zero_signs_are_pytorchs(op, direction):
     x * 0 there, and its float32 vector body for gelu, +0 at -0 there; see reference.py).
     """
     pytest.importorskip("torch")
-    from multiact.tools import peers
+    from multiact.cli import peers
 
     x0, dy0 = C.zero_pairs(np.float64)
     x, dy = np.resize(x0, 64), np.resize(dy0, 64)

@@ -1,6 +1,6 @@
-"""Served kernels (multiact/tools/served.py): the C harness of an ISA answers kernel requests over a pipe, so
+"""Served kernels (multiact/cli/served.py): the C harness of an ISA answers kernel requests over a pipe, so
 the accuracy sweeps judge ISAs this machine cannot run (NEON under qemu; its results in
-benchmarks/results/accuracy-f32-{subset,dense}-neon.txt).  Checked here on the host's AVX2 harness, whose
+results/accuracy-f32-{subset,dense}-neon.txt).  Checked here on the host's AVX2 harness, whose
 answers must be the extension's own AVX2 kernels bit for bit (the CI build of test_native_harness.py, -O0)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from conftest import native_kernels
 
+from multiact.cli import accuracy as A
+from multiact.cli import served
 from multiact.optable import OPS
-from multiact.tools import accuracy as A
-from multiact.tools import served
 
 pytestmark = pytest.mark.skipif(
     platform.machine() not in ("x86_64", "AMD64") or shutil.which("gcc") is None
@@ -100,7 +100,7 @@ def test_the_cli_wants_an_isa_and_a_known_one():
         A.command(args)
     with pytest.raises(SystemExit, match="no harness command for ISA 'sparc'"):
         served.served("sparc")
-    from multiact.tools import cli
+    from multiact.cli import commands as cli
 
     with pytest.raises(SystemExit, match="--serve goes with --subset or --dense"):
         cli.main(["check", "--exhaustive", "--serve", "--isa", "neon"])

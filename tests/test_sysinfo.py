@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from multiact.tools import bench, sysinfo
-from multiact.tools.cli import main
+from multiact.cli import bench, sysinfo
+from multiact.cli.commands import main
 
 SAMPLES = Path(__file__).resolve().parent / "cpuinfo"
 

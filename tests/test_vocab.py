@@ -22,8 +22,8 @@ from multiact import vocab
 ROOT = Path(__file__).resolve().parents[1]
 
 ALLOWED = {
-    ("multiact/onnx_export.py", "_elem"): "ONNX's element type of each dtype the export writes (TensorProto codes)",
-    ("multiact/tools/served.py", "COMMANDS"): "the lab's harness command per ISA it can serve off its hardware "
+    ("multiact/backend/onnx_graphs.py", "elem"): "ONNX's element type of each dtype the graphs write (TensorProto)",
+    ("multiact/cli/served.py", "COMMANDS"): "the lab's harness command per ISA it can serve off its hardware "
                                              "(recipes, not the list of ISAs; keys checked against the vocabulary)",
     ("native/tests/gen_harness_table.py", "DT"): "harness.c's DT_* codes, the C harness's own enum",
     ("scripts/cuda_ptx_report.py", "TYPES"): "PTX's instruction types (its f16, bf16, f32, f64 are PTX's names)",
@@ -208,15 +208,15 @@ def test_the_native_backend_prefers_the_vocabularys_order():
 
 
 def test_served_isas_are_isas():
-    from multiact.tools import served
+    from multiact.cli import served
 
     assert set(served.COMMANDS) <= set(vocab.ISAS)
 
 
 def test_every_command_takes_the_same_dtypes(capsys):
     """check and bench (either framework) refuse an unknown dtype with one message, and take every spelling."""
-    from multiact.tools import selfcheck, tensor_bench
-    from multiact.tools.cli import main
+    from multiact.cli import selfcheck, tensor_bench
+    from multiact.cli.commands import main
 
     want = "unknown dtype 'int8'; valid dtypes: float16, bfloat16, float32, float64"
     for argv in (["check", "--dtype", "int8"], ["check", "--exhaustive", "--dtype", "int8"],

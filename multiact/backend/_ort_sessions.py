@@ -1,13 +1,13 @@
 """ONNX Runtime kernels shared by the `onnxruntime` and `ascend` backends.
 
-One code path runs the graphs of `multiact.onnx_export` on any execution-provider list, so the
+One code path runs the graphs of `onnx_graphs` (this package's) on any execution-provider list, so the
 CANN path is exercised on the CPU provider by swapping only the list.  Sessions are cached per
 (op, direction, dtype, params, thread count); results go through IOBinding straight into the
 caller's buffer when it is contiguous, and through a contiguous temporary plus `np.copyto`
 otherwise (ONNX Runtime would silently copy a strided output and drop the result).
 
 The gated family's kernels (`gated:<act key>`, two inputs, and two outputs in the backward) are
-`onnx_export.gated_kernel_onnx` graphs, run the same way; views (the halves of x) that cannot be
+`onnx_graphs.gated_kernel_onnx` graphs, run the same way; views (the halves of x) that cannot be
 flattened are copied to contiguous inputs, and a backward whose outputs share memory with its inputs
 (in place) writes through temporaries, since its two outputs are not written last together.
 """
@@ -26,9 +26,10 @@ from multiact._layout import flat_views
 from multiact._opdefs import GATED
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS, value_key
 
+from . import onnx_graphs
+
 DTYPES = ("float16", "float32")
 _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the cache without bound
-_DIRECTION_GRAD = {"forward": False, "backward": True, "backward_y": True}
 # NoopElimination drops an Add of a constant 0, but -0.0 + 0.0 is +0.0 (elu's y + alpha at alpha = 0)
 _DISABLED_OPTIMIZERS = ["NoopElimination"]
 
@@ -48,18 +49,13 @@ def session_options(threads: int) -> Any:
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
-    if key in FAMILY_KEYS:  # gated:<act>: forward and backward graphs of every activation
-        return is_gated(key) and dtype in DTYPES and direction in ("forward", "backward")
-    if key in BIAS_ACT_KEYS:  # bias_act:<act>: the same, on (outer, C, inner) arrays
-        return dtype in DTYPES and direction in ("forward", "backward")
-    spec = KEYS.get(key)
-    if spec is None or dtype not in DTYPES:
-        return False
-    if direction == "backward_y":
-        return spec.backward_y is not None
-    if direction == "param_grad":
-        return spec.param_grad is not None
-    return direction in ("forward", "backward")
+    """Where onnx_graphs has the graphs (an op registered without them falls through)."""
+    hit = FAMILY_KEYS.get(key) or BIAS_ACT_KEYS.get(key)
+    if hit is not None:  # gated:<act>, bias_act:<act>: the activation's forward and backward graphs
+        fam, _, act = hit
+        return (fam is GATED or key in BIAS_ACT_KEYS) and dtype in DTYPES and direction in ("forward", "backward") \
+            and all((act, d) in onnx_graphs.GRAPHS for d in ("forward", "backward"))
+    return dtype in DTYPES and onnx_graphs.has(key, direction)
 
 
 def is_gated(key: str) -> bool:
@@ -129,10 +125,17 @@ class Runner:
         self._providers = providers
         self._sessions: OrderedDict[tuple, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        onnx_graphs.on_change(self.forget)
 
     def clear(self) -> None:
         with self._lock:
             self._sessions.clear()
+
+    def forget(self, name: str) -> None:
+        """Drop the sessions of op or kernel key `name` and of the composite kernels on it (its graphs changed)."""
+        with self._lock:
+            for k in [k for k in self._sessions if name in (k[0], k[0].split(":", 1)[-1])]:
+                del self._sessions[k]
 
     def session_count(self) -> int:
         return len(self._sessions)
@@ -151,7 +154,7 @@ class Runner:
             return e
         if params is None:
             params = dict(zip((q.name for q in OPS[op].scalar_params), key, strict=True))
-        from multiact.onnx_export import bias_act_kernel_onnx, gated_kernel_onnx, to_onnx
+        from .onnx_graphs import bias_act_kernel_onnx, gated_kernel_onnx, kernel_model
 
         if is_gated(op):
             model = gated_kernel_onnx(op, direction, dtype, params)
@@ -159,9 +162,7 @@ class Runner:
             params = dict(params)
             model = bias_act_kernel_onnx(op, direction, dtype, params, params.pop("forms"))
         else:
-            spec = OPS[op]
-            grad: bool | str = spec.param_grad[0] if direction == "param_grad" else _DIRECTION_GRAD[direction]
-            model = to_onnx(op, dtype=dtype, grad=grad, from_output=direction == "backward_y", **params)
+            model = kernel_model(op, direction, dtype, params)
         return self._store(full, model, threads)
 
     def _store(self, full: tuple, model: Any, threads: int) -> _Entry:
@@ -182,10 +183,10 @@ class Runner:
         if key in BIAS_ACT_KEYS:
             return self._bias_kernel(key, direction, dtype)
         op = KEYS[key].name  # one graph per op: a variant's parameter is one of its parameters
-        if op == "prelu":
-            return self._prelu_kernel(direction, dtype)
+        if OPS[op].defn.array_param:  # a weight per channel: (outer, C, inner) arrays
+            return self._channel_kernel(op, direction, dtype)
         if direction == "param_grad":
-            return self._swish_beta_kernel(dtype)
+            return self._param_grad_kernel(op, dtype)
         names = tuple(q.name for q in OPS[op].scalar_params)
         entry = self.entry
 
@@ -288,8 +289,10 @@ class Runner:
 
         return backward
 
-    def _prelu_kernel(self, direction: str, dtype: str) -> Callable:
+    def _channel_kernel(self, op: str, direction: str, dtype: str) -> Callable:
+        """An op whose array parameter (prelu's weight) runs along the channel axis `axis`."""
         entry = self.entry
+        array = OPS[op].defn.array_param
 
         def as3d(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
             """x as (outer, channels, inner) around the channel axis: the exported graph's layout."""
@@ -301,8 +304,8 @@ class Runner:
         if direction == "param_grad":
 
             def grad(dy: np.ndarray, x: np.ndarray, p: dict) -> np.ndarray:
-                w = p["weight"]
-                e = entry("prelu", direction, dtype, (), {})
+                w = p[array]
+                e = entry(op, direction, dtype, (), {})
                 if x.size == 0:
                     return np.zeros(w.shape)
                 s3 = as3d(x.shape, p["axis"])
@@ -314,8 +317,8 @@ class Runner:
 
         def run(*args: Any) -> None:
             *arrays, out, p = args
-            w = p["weight"]
-            e = entry("prelu", direction, dtype, (), {})
+            w = p[array]
+            e = entry(op, direction, dtype, (), {})
             if out.size == 0:
                 return
             s3 = as3d(out.shape, p["axis"])
@@ -330,11 +333,13 @@ class Runner:
 
         return run
 
-    def _swish_beta_kernel(self, dtype: str) -> Callable:
+    def _param_grad_kernel(self, op: str, dtype: str) -> Callable:
+        """The gradient of a scalar parameter (swish's beta): a float64 sum over every element."""
         entry = self.entry
+        name = OPS[op].defn.param_grad
 
         def grad(dy: np.ndarray, x: np.ndarray, p: dict) -> float:
-            e = entry("swish", "param_grad", dtype, (p["beta"],), {"beta": p["beta"]})
+            e = entry(op, "param_grad", dtype, (p[name],), {name: p[name]})
             if x.size == 0:
                 return 0.0
             ins = [np.ascontiguousarray(a).reshape(-1) for a in (dy, x)]

@@ -37,7 +37,6 @@ from typing import Any
 import numpy as np
 
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS
-from multiact.reference import SELU_ALPHA, SELU_SCALE
 
 from ._ort_sessions import Runner, is_gated
 from ._ort_sessions import supports as _ort_supports
@@ -128,11 +127,11 @@ def _session_runs_on_cann(providers: Callable[[], list]) -> tuple[bool, str]:
     try:
         import onnxruntime as ort
 
-        from multiact.onnx_export import to_onnx
-
         from ._ort_sessions import session_options
+        from .onnx_graphs import kernel_model
 
-        sess = ort.InferenceSession(to_onnx("relu").SerializeToString(), session_options(1), providers=providers())
+        model = kernel_model("relu", "forward", "float32", {})
+        sess = ort.InferenceSession(model.SerializeToString(), session_options(1), providers=providers())
         got = sess.get_providers()
     except Exception as e:
         return False, f"a session on {CANN} failed: {type(e).__name__}: {e}"
@@ -190,38 +189,110 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
 # ---- torch_npu path -----------------------------------------------------------------------------
 
 
-def _torch_forward(op: str, p: dict) -> Callable:
-    """x -> y with torch ops (kernels of the tensor's device; on an NPU, CANN's): the op's torch
-    function from its definition, or a composite of torch ops where torch has none."""
-    torch = sys.modules["torch"]
+# The torch path's own rules, registered per (op, direction): a forward where torch's function (the definition's
+# `torch`) does not compute the op at these parameters, the backward from y of the ops whose y-form is their own,
+# and the parameter gradients.  Every other kernel is torch's function, differentiated by torch.func.vjp.
+_TORCH_RULES: dict[tuple[str, str], Callable] = {}
 
-    def swish(x, beta):
-        return x * torch.sigmoid(x * beta)
 
+def _torch_rule(*keys: tuple[str, str]) -> Callable[[Callable], Callable]:
+    def deco(f: Callable) -> Callable:
+        for k in keys:
+            _TORCH_RULES[k] = f
+        return f
+
+    return deco
+
+
+def _x_sigmoid(torch: Any, x: Any, k: float) -> Any:
+    return x * torch.sigmoid(x * k)
+
+
+@_torch_rule(("swish", "forward"))
+def _swish_forward(torch: Any, p: dict) -> Callable:
+    return lambda x: _x_sigmoid(torch, x, p["beta"])
+
+
+@_torch_rule(("fast_gelu", "forward"))
+def _fast_gelu_forward(torch: Any, p: dict) -> Callable:
     def fast_gelu(x):
         npu = sys.modules.get("torch_npu")
         if npu is not None and x.device.type == "npu" and hasattr(npu, "npu_fast_gelu"):
             return npu.npu_fast_gelu(x)
-        return swish(x, 1.702)
+        return _x_sigmoid(torch, x, 1.702)
 
+    return fast_gelu
+
+
+@_torch_rule(("prelu", "forward"))
+def _prelu_forward(torch: Any, p: dict) -> Callable:
     def prelu(x):  # a weight per channel along any axis (torch's prelu takes dim 1 only)
         w = torch.as_tensor(np.asarray(p["weight"]), device=x.device, dtype=x.dtype)
         return torch.where(x > 0, x, x * w)
 
-    def selu(x):  # F.selu has PyTorch's constants only; alpha and scale as the kernels take them
-        return p["scale"] * torch.where(x > 0, x, p["alpha"] * torch.expm1(x))
+    return prelu
 
-    def hardsigmoid(x):  # F.hardsigmoid is alpha = 1/6, beta = 0.5 only
-        return torch.clamp(x * p["alpha"] + p["beta"], 0.0, 1.0)
 
-    composites = {"swish": lambda x: swish(x, p["beta"]), "fast_gelu": fast_gelu, "prelu": prelu}
-    if op == "selu" and (p["alpha"], p["scale"]) != (SELU_ALPHA, SELU_SCALE):
-        return selu
-    if op == "hardsigmoid" and (p["alpha"], p["beta"]) != (1.0 / 6.0, 0.5):
-        return hardsigmoid
-    if op in composites:
-        return composites[op]
-    t = OPS[op].defn.torch
+@_torch_rule(("selu", "forward"))
+def _selu_forward(torch: Any, p: dict) -> Callable:  # F.selu has PyTorch's constants only
+    return lambda x: p["scale"] * torch.where(x > 0, x, p["alpha"] * torch.expm1(x))
+
+
+@_torch_rule(("hardsigmoid", "forward"))
+def _hardsigmoid_forward(torch: Any, p: dict) -> Callable:  # F.hardsigmoid is alpha = 1/6, beta = 0.5 only
+    return lambda x: torch.clamp(x * p["alpha"] + p["beta"], 0.0, 1.0)
+
+
+@_torch_rule(("sigmoid", "backward_y"))
+def _sigmoid_backward_y(torch: Any, dy: Any, y: Any, p: dict) -> Any:
+    return torch.ops.aten.sigmoid_backward(dy, y)
+
+
+@_torch_rule(("tanh", "backward_y"))
+def _tanh_backward_y(torch: Any, dy: Any, y: Any, p: dict) -> Any:
+    return torch.ops.aten.tanh_backward(dy, y)
+
+
+@_torch_rule(("elu", "backward_y"))
+def _elu_backward_y(torch: Any, dy: Any, y: Any, p: dict) -> Any:
+    return torch.where(y > 0, dy, dy * (y + p["alpha"]))
+
+
+@_torch_rule(("selu", "backward_y"))
+def _selu_backward_y(torch: Any, dy: Any, y: Any, p: dict) -> Any:
+    return torch.where(y > 0, dy * p["scale"], dy * (y + p["scale"] * p["alpha"]))
+
+
+@_torch_rule(("celu", "backward_y"))
+def _celu_backward_y(torch: Any, dy: Any, y: Any, p: dict) -> Any:
+    return torch.where(y > 0, dy, dy * (y / p["alpha"] + 1))
+
+
+@_torch_rule(("swish", "param_grad"))
+def _swish_beta_grad(torch: Any, dy: Any, x: Any, p: dict) -> float:
+    b = p["beta"]
+    s = torch.sigmoid(x.float() * b)
+    return float((dy.float() * x.float() * x.float() * s * (1 - s)).sum().item())
+
+
+@_torch_rule(("prelu", "param_grad"))
+def _prelu_weight_grad(torch: Any, dy: Any, x: Any, p: dict) -> Any:
+    w = p["weight"]
+    contrib = torch.where(x > 0, torch.zeros_like(x), x * dy).float()
+    if w.size == 1:
+        return np.full(w.shape, float(contrib.sum().item()))
+    others = tuple(i for i in range(x.ndim) if i != p["axis"])
+    return contrib.sum(dim=others).double().cpu().numpy().reshape(w.shape)
+
+
+def _torch_forward(op: str, p: dict) -> Callable:
+    """x -> y with torch ops (kernels of the tensor's device; on an NPU, CANN's): the op's torch
+    function from its definition, or the op's own rule where that does not compute it."""
+    torch = sys.modules["torch"]
+    d = OPS[op].defn
+    if not d.torch_computes(p):
+        return _TORCH_RULES[(op, "forward")](torch, p)
+    t = d.torch
     fn = getattr(torch.nn.functional if t.namespace == "torch.nn.functional" else torch, t.fn)
     args, kwargs = [p[n] for n in t.args], {n: p[n] for n in t.kwargs}
     return lambda x: fn(x, *args, **kwargs)
@@ -243,34 +314,13 @@ def _torch_kernel(op: str, direction: str) -> Callable:
             out.copy_(vjp(dy)[0])
 
     def backward_y(dy, y, out, p):
-        torch = sys.modules["torch"]
-        if op in ("sigmoid", "tanh"):
-            fn = torch.ops.aten.sigmoid_backward if op == "sigmoid" else torch.ops.aten.tanh_backward
-            out.copy_(fn(dy, y))
-            return
         if OPS[op].defn.y_form == "same":
             backward(dy, y, out, p)  # y is inside the linear pieces exactly where x is
             return
-        pos = y > 0
-        if op == "elu":
-            out.copy_(torch.where(pos, dy, dy * (y + p["alpha"])))
-        elif op == "selu":
-            out.copy_(torch.where(pos, dy * p["scale"], dy * (y + p["scale"] * p["alpha"])))
-        else:  # celu
-            out.copy_(torch.where(pos, dy, dy * (y / p["alpha"] + 1)))
+        out.copy_(_TORCH_RULES[(op, "backward_y")](sys.modules["torch"], dy, y, p))
 
     def param_grad(dy, x, p):
-        torch = sys.modules["torch"]
-        if op == "swish":
-            b = p["beta"]
-            s = torch.sigmoid(x.float() * b)
-            return float((dy.float() * x.float() * x.float() * s * (1 - s)).sum().item())
-        w = p["weight"]
-        contrib = torch.where(x > 0, torch.zeros_like(x), x * dy).float()
-        if w.size == 1:
-            return np.full(w.shape, float(contrib.sum().item()))
-        others = tuple(i for i in range(x.ndim) if i != p["axis"])
-        return contrib.sum(dim=others).double().cpu().numpy().reshape(w.shape)
+        return _TORCH_RULES[(op, "param_grad")](sys.modules["torch"], dy, x, p)
 
     return {"forward": forward, "backward": backward, "backward_y": backward_y, "param_grad": param_grad}[direction]
 

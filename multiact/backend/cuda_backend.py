@@ -181,15 +181,17 @@ def supports(key: str, direction: str, dtype: str) -> bool:
     if direction == "backward2":  # g * dy * f''(x): the formulas' backward2 (every dtype; bfloat16 staged)
         return (dtype in _DTYPES or dtype == "bfloat16") and (key, direction) in _F.TABLE
     if dtype == "bfloat16":  # staged through float32 (module docstring): the elementwise kernels
-        return key in _KEYS and key != "prelu" and direction in ("forward", "backward", "backward_y") and \
-            _KEYS[key].has(direction)
+        return key in _KEYS and not _KEYS[key].defn.array_param and \
+            direction in ("forward", "backward", "backward_y") and _KEYS[key].has(direction) and \
+            (key, direction) in _F.TABLE
     if dtype not in _DTYPES:
         return False
     if key in _FAMILY_KEYS:
         return direction in _FAMILY_IO and _F.family_formulas(key) is not None
     if key in _BIAS_ACT_KEYS:
         return _bias_supports(key, direction)
-    return key in _KEYS and _KEYS[key].has(direction)
+    return key in _KEYS and _KEYS[key].has(direction) and (key, direction) in _F.TABLE  # an op added at run time:
+    # only where it brought its formulas
 
 
 # ---- arrays of the caller's kind ---------------------------------------------------------------------------
@@ -601,15 +603,15 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     """The kernel for (kernel key, direction, dtype), following the registry's calling conventions."""
     if not supports(key, direction, dtype):
         raise ValueError(f"cuda backend has no kernel for {key} {direction} {dtype}")
-    if direction == "param_grad":
-        return _swish_beta_grad if key == "swish" else _prelu_weight_grad
+    if direction == "param_grad":  # an array parameter's gradient per channel, a scalar one's a sum
+        return _channel_param_grad(key) if _KEYS[key].defn.array_param else _scalar_param_grad(key)
     if key in _FAMILY_KEYS:
         return _family_kernel(key, direction, dtype)
     if key in _BIAS_ACT_KEYS:
         return _bias_kernel(key, direction, dtype)
     compute = _compute(key, direction, dtype)
-    if key == "prelu" and direction != "backward2":  # (prelu's f'' takes no weight: the elementwise kernel)
-        return _prelu_forward if direction == "forward" else _prelu_backward
+    if _KEYS[key].defn.array_param and direction != "backward2":  # (prelu's f'' takes no weight: elementwise)
+        return _channel_forward(key) if direction == "forward" else _channel_backward(key)
     names = vocab.DIRECTIONS[direction].arrays
 
     def run(*args: Any) -> None:
@@ -736,6 +738,12 @@ def _family_formulas(key: str, compute: str):
 
     t = np.float64 if compute == "float64" else np.float32
     return _F.build_family(cuda.jit(device=True, inline="always"), t, _formulas(compute), key)
+
+
+@_F.on_change
+def _forget_families(key: str) -> None:
+    """A key's formulas changed (an op added or removed at run time): its families' device functions go too."""
+    _family_formulas.cache_clear()
 
 
 def _family_source(nin: int, nout: int, contiguous: bool) -> str:
@@ -1223,10 +1231,10 @@ def _bias_sum_stage(part: Any, nchunk: int, nc: int, descs: list, names: tuple, 
     _bias_sums_jit()[grid, block, stream](*args, nc, *flags)
 
 
-# ---- prelu: the weight as a broadcast operand ------------------------------------------------------------------
+# ---- an array parameter (prelu's weight) as a broadcast operand ----------------------------------------------
 
 
-def _weight_desc(w: Any, x: _Desc, axis: Any, op: str = "prelu") -> tuple[_Desc, int, int, tuple[int, ...], Any]:
+def _weight_desc(w: Any, x: _Desc, axis: Any, op: str) -> tuple[_Desc, int, int, tuple[int, ...], Any]:
     """(weight broadcast to x's shape, channel count, channel axis, the weight's own shape and dtype)."""
     if hasattr(w, "__cuda_array_interface__"):
         wd = _Desc(w)
@@ -1277,19 +1285,29 @@ def _upload(host: np.ndarray, like: Any) -> Any:
     return cuda.to_device(host)
 
 
-def _prelu_forward(x: Any, out: Any, p: dict) -> None:
-    xd, od = _Desc(x), _Desc(out)
-    wd = _weight_desc(p["weight"], xd, p.get("axis", 1))[0]
-    _check_out("prelu", od, {"x": xd, "weight": wd})
-    _run(_F.formula_name("prelu", "forward", p), _compute("prelu", "forward", xd.dtype.name), [xd, wd, od], 0.0, 0.0)
+def _channel_forward(key: str) -> Callable:
+    array = _KEYS[key].defn.array_param
+
+    def forward(x: Any, out: Any, p: dict) -> None:
+        xd, od = _Desc(x), _Desc(out)
+        wd = _weight_desc(p[array], xd, p.get("axis", 1), key)[0]
+        _check_out(key, od, {"x": xd, array: wd})
+        _run(_F.formula_name(key, "forward", p), _compute(key, "forward", xd.dtype.name), [xd, wd, od], 0.0, 0.0)
+
+    return forward
 
 
-def _prelu_backward(dy: Any, x: Any, out: Any, p: dict) -> None:
-    dd, xd, od = _Desc(dy), _Desc(x), _Desc(out)
-    wd = _weight_desc(p["weight"], xd, p.get("axis", 1))[0]
-    _check_out("prelu", od, {"dy": dd, "x": xd, "weight": wd})
-    _run(_F.formula_name("prelu", "backward", p), _compute("prelu", "backward", xd.dtype.name), [dd, xd, wd, od],
-         0.0, 0.0)
+def _channel_backward(key: str) -> Callable:
+    array = _KEYS[key].defn.array_param
+
+    def backward(dy: Any, x: Any, out: Any, p: dict) -> None:
+        dd, xd, od = _Desc(dy), _Desc(x), _Desc(out)
+        wd = _weight_desc(p[array], xd, p.get("axis", 1), key)[0]
+        _check_out(key, od, {"dy": dd, "x": xd, array: wd})
+        _run(_F.formula_name(key, "backward", p), _compute(key, "backward", xd.dtype.name), [dd, xd, wd, od],
+             0.0, 0.0)
+
+    return backward
 
 
 # ---- parameter gradients: device reductions in float64 ----------------------------------------------------------
@@ -1347,7 +1365,7 @@ def _reducer_py(which: str) -> Callable:
 
     term = getattr(_formulas("float64"), _F.TABLE[(which, "param_grad")])
     block = _SIM_BLOCK if _simulating() else _BLOCK
-    g = {"cuda": cuda, "np": np, "term": term, "ONE_SLOT": which == "swish"}
+    g = {"cuda": cuda, "np": np, "term": term, "ONE_SLOT": not _KEYS[which].defn.array_param}  # a scalar: one sum
     exec(compile(_reduce_source(block), f"<multiact cuda {which} reduction>", "exec"), g)
     return g["kern"]
 
@@ -1417,27 +1435,38 @@ def _reduce(which: str, dy: _Desc, x: _Desc, acc_view: _Desc, acc: Any, a: float
     return res
 
 
-def _swish_beta_grad(dy: Any, x: Any, p: dict) -> Any:
-    """d/d(beta) of sum(swish(x) * dy), as a 0-d device array of x's dtype and kind."""
-    dd, xd = _Desc(dy), _Desc(x)
-    beta, _ = _F.scalar_params("swish", p, xd.dtype.name)
-    acc = _empty(x, (1,), np.float64)
-    accd = _Desc(acc)
-    view = _view(accd, xd.shape, [0] * len(xd.shape))
-    return _reduce("swish", dd, xd, view, acc, beta, x, (), xd.dtype)
+def _scalar_param_grad(key: str) -> Callable:
+    """d/d(param) of sum(op(x) * dy) for a scalar parameter (swish's beta), as a 0-d device array of x's dtype
+    and kind."""
+
+    def grad(dy: Any, x: Any, p: dict) -> Any:
+        dd, xd = _Desc(dy), _Desc(x)
+        a, _ = _F.scalar_params(key, p, xd.dtype.name)  # the parameter is the op's only one
+        acc = _empty(x, (1,), np.float64)
+        accd = _Desc(acc)
+        view = _view(accd, xd.shape, [0] * len(xd.shape))
+        return _reduce(key, dd, xd, view, acc, a, x, (), xd.dtype)
+
+    return grad
 
 
-def _prelu_weight_grad(dy: Any, x: Any, p: dict) -> Any:
-    """Sum of dy * x over x <= 0 per channel, as a device array of the weight's shape and dtype, x's kind."""
-    dd, xd = _Desc(dy), _Desc(x)
-    _, c, axis, wshape, wdtype = _weight_desc(p["weight"], xd, p.get("axis", 1))
-    acc = _empty(x, (c,), np.float64)
-    accd = _Desc(acc)
-    strides = [0] * len(xd.shape)
-    if c > 1:
-        strides[axis] = 1
-    view = _view(accd, xd.shape, strides)
-    return _reduce("prelu", dd, xd, view, acc, 0.0, x, tuple(wshape), wdtype)
+def _channel_param_grad(key: str) -> Callable:
+    """The array parameter's term summed per channel (prelu: dy * x over x <= 0), as a device array of the
+    weight's shape and dtype, x's kind."""
+    array = _KEYS[key].defn.array_param
+
+    def grad(dy: Any, x: Any, p: dict) -> Any:
+        dd, xd = _Desc(dy), _Desc(x)
+        _, c, axis, wshape, wdtype = _weight_desc(p[array], xd, p.get("axis", 1), key)
+        acc = _empty(x, (c,), np.float64)
+        accd = _Desc(acc)
+        strides = [0] * len(xd.shape)
+        if c > 1:
+            strides[axis] = 1
+        view = _view(accd, xd.shape, strides)
+        return _reduce(key, dd, xd, view, acc, 0.0, x, tuple(wshape), wdtype)
+
+    return grad
 
 
 # ---- every kernel the backend can launch, for compiling without a GPU ----------------------------------------------

@@ -34,11 +34,20 @@ native kernels (mish, tanh^2).  Every constant is typed (a bare float literal
 in a float32 formula would promote it to double).  Conventions are those of
 `multiact.reference`: NaN in gives NaN out, +-inf gives the limit, PyTorch's
 choices at the kinks.
+
+An op added at run time (`multiact.register_op`) brings its formulas with `register(key, direction, f)`, the
+public form of `@_formula`: they join `TABLE` under names of their own, every namespace `build` made
+compiles them on first use, and `unregister(key)` takes them out again.  Their loops are compiled in memory,
+never cached on disk: `in_source(name)` says which formulas are this file's own, the ones the numba backend's
+on-disk cache keys (a hash of this file) cover.  `on_change(fn)` subscribes a backend's caches to both.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import threading
+import weakref
 from collections.abc import Callable
 from types import FunctionType, SimpleNamespace
 from typing import Any
@@ -46,6 +55,7 @@ from typing import Any
 import numpy as np
 
 import multiact.reference as _ref
+from multiact import registry
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS
 
 from . import _numba_coeffs as _C
@@ -57,7 +67,8 @@ from . import _numba_coeffs as _C
 # native/src/ma_ops.h replaced them.)
 WIDE: frozenset[tuple[str, str]] = frozenset()
 
-# kernel key -> the names of its scalar parameters, in the order (a, b): from the op definitions
+# kernel key -> the names of its scalar parameters, in the order (a, b): from the op definitions (an op added at
+# run time joins when `register` adds its first formula)
 PARAMS: dict[str, tuple[str, ...]] = {k: s.defn.float_params for k, s in KEYS.items() if s.defn.float_params}
 
 _PURE: dict[str, FunctionType] = {}  # helpers and formulas, in dependency order
@@ -793,7 +804,7 @@ def tanhshrink_grad(dy, x, a, b):
 # takes no w (one loop of arity 3 in every backend, no per-channel weight operand to pass).
 
 
-@_formula(*((k, "backward2") for k, s in KEYS.items() if getattr(s.backward2, "piecewise_linear", False)))
+@_formula(*((k, "backward2") for k, s in KEYS.items() if s.defn.piecewise_linear))
 def zero_grad2(g, dy, x, a, b):
     """f'' = 0 (piecewise linear): +0, NaN where x is NaN."""
     return keepnan(x, ZERO)
@@ -1202,22 +1213,52 @@ def libm(jit: Callable[[FunctionType], Any], t: Any, fns: dict[str, Any] | None 
     return SimpleNamespace(**_clone_all({"fma": fma, **_LIBM}, g, jit))
 
 
-def build(jit: Callable[[FunctionType], Any], t: Any, math_ns: SimpleNamespace) -> SimpleNamespace:
+class Namespace(SimpleNamespace):
+    """What `build` returns: every helper and formula compiled for one target, by name.  A formula that `register`
+    adds afterwards is compiled on first use, with the same jit against the same globals; `unregister` drops it."""
+
+    __slots__ = ("_globals", "_jit", "__weakref__")
+
+    def __getattr__(self, name: str) -> Any:  # only for a name not compiled yet
+        f = _PURE.get(name)
+        if f is None or name.startswith("__"):
+            raise AttributeError(name)
+        with _LOCK:
+            if name not in self.__dict__:
+                self.__dict__.update(_clone_all({name: f}, self._globals, self._jit))
+            return self.__dict__[name]
+
+    def _drop(self, names: set[str]) -> None:
+        for n in names:
+            self.__dict__.pop(n, None)
+            self._globals.pop(n, None)
+
+
+_BUILT: list[weakref.ref] = []  # every Namespace build() made that is still alive
+_LOCK = threading.RLock()
+
+
+def build(jit: Callable[[FunctionType], Any], t: Any, math_ns: SimpleNamespace) -> Namespace:
     """Every helper and formula compiled with `jit` for compute type t against the math namespace."""
     g: dict[str, Any] = dict(globals())
     g.update(constants(t))
     g.update(vars(math_ns))
     pre = {} if getattr(math_ns, "fma", None) is not None else {"fma": _fma_f64}  # e.g. numba_math's namespace
-    return SimpleNamespace(**_clone_all({**pre, **_PURE}, g, jit))
+    with _LOCK:
+        ns = Namespace(**_clone_all({**pre, **_PURE}, g, jit))
+        ns._globals, ns._jit = g, jit
+        _BUILT[:] = [r for r in _BUILT if r() is not None]
+        _BUILT.append(weakref.ref(ns))
+    return ns
 
 
-def python(t: Any, fns: dict[str, Any] | None = None) -> SimpleNamespace:
+def python(t: Any, fns: dict[str, Any] | None = None) -> Namespace:
     """The formulas as plain Python on NumPy scalars of type t over `libm`: slow, for tests and the simulator."""
     ident = lambda f: f  # noqa: E731
     return build(ident, t, libm(ident, t, fns if fns is not None else numpy_libm()))
 
 
-def build_family(jit: Callable[[FunctionType], Any], t: Any, ns: SimpleNamespace, key: str) -> SimpleNamespace:
+def build_family(jit: Callable[[FunctionType], Any], t: Any, ns: Namespace, key: str) -> SimpleNamespace:
     """The composite kernel key's scalar functions (`forward`, `backward`) compiled with `jit` for compute type t,
     calling the activation's formulas from `ns` (what `build` returned for t)."""
     fwd, bwd = family_formulas(key)
@@ -1240,6 +1281,95 @@ def formula_name(key: str, direction: str, params: dict[str, Any] | None = None)
     return TABLE[(key, direction)]
 
 
+# ---- formulas of an op added at run time ---------------------------------------------------------------------
+
+_ADDED: dict[str, str] = {}  # formula name -> its kernel key, for every formula register() added
+_SERIAL = itertools.count(1)
+_LISTENERS: list[Callable[[str], None]] = []
+
+
+def on_change(fn: Callable[[str], None]) -> Callable[[str], None]:
+    """Call fn(kernel key) whenever `register` or `unregister` changes that key's formulas (a backend's caches of
+    compiled loops subscribe here); returns fn."""
+    _LISTENERS.append(fn)
+    return fn
+
+
+def in_source(name: str) -> bool:
+    """Whether formula `name` is one of this file's own, not one `register` added: the numba backend caches loops
+    on disk only around these (its cache keys hash this file, not a test's or a plug-in's module)."""
+    return name in _PURE and name not in _ADDED
+
+
+def register(key: str, direction: str, f: FunctionType | None = None) -> Any:
+    """Add the formula of kernel key `key` in `direction` at run time: the public form of `@_formula((key,
+    direction))`, for an op added with `multiact.register_op` (which calls this for its `formulas=`).  Without f,
+    a decorator.  Returns f.
+
+    f is written as this file's formulas are (see the module's docstring: `f(x, a, b)` forward, `f(dy, x, a, b)`
+    backward, `f(g, dy, x, a, b)` backward2, the float64 term `f(dy, x, a, b)` param_grad; a, b the op's float
+    parameters in slot order), and sees only the names they see (`T`, the typed constants, the math namespace,
+    the helpers, Python's `math`), not its own module's.  An op whose y-form is "same" gets its backward formula
+    for backward_y too.  It runs on the numba backend (loops compiled in memory, never cached on disk) and the
+    cuda backend as soon as it is registered.  ValueError for an unknown kernel key, an op with an array
+    parameter or more than two float parameters, a direction the op does not have, or one with a formula."""
+    if f is None:
+        return lambda fn: register(key, direction, fn)
+    spec = KEYS.get(key)
+    where = f"formulas.register({key!r}, {direction!r})"
+    if spec is None:
+        raise ValueError(f"{where}: unknown kernel key; add the op first (multiact.register_op)")
+    d = spec.defn
+    if d.array_param or len(d.float_params) > 2:
+        raise ValueError(f"{where}: the formulas take at most two float parameters (a, b) and no array parameter")
+    has = spec.backward2 is not None if direction == "backward2" else spec.has(direction)
+    if not has:
+        raise ValueError(f"{where}: {spec.name} has no {direction} (its definition and references say which "
+                         "directions it has)")
+    if direction == "backward_y" and d.y_form == "same":
+        raise ValueError(f"{where}: its y-form is 'same': the backward's formula holds on y (register backward)")
+    if not isinstance(f, FunctionType):
+        raise TypeError(f"{where}: a formula is a plain Python function, got {type(f).__name__}")
+    name = f"{f.__name__}__{next(_SERIAL)}"  # a name of its own: nothing compiled and keyed by name outlives it
+    directions = [direction, *(["backward_y"] if direction == "backward" and d.y_form == "same" else [])]
+    with _LOCK:
+        if any((key, dr) in TABLE for dr in directions):
+            raise ValueError(f"{where}: it has a formula already ({TABLE.get((key, direction))})")
+        _PURE[name] = f
+        _ADDED[name] = key
+        TABLE.update({(key, dr): name for dr in directions})
+        if d.float_params:
+            PARAMS[key] = d.float_params
+    _changed(key)
+    return f
+
+
+def unregister(key: str) -> None:
+    """Take out every formula `register` added for kernel key `key` (built-in formulas stay; none is no error)."""
+    with _LOCK:
+        names = {n for n, k in _ADDED.items() if k == key}
+        if not names:
+            return
+        for k in [k for k, n in TABLE.items() if n in names]:
+            del TABLE[k]
+        for n in names:
+            del _PURE[n], _ADDED[n]
+        for ref in _BUILT:
+            ns = ref()
+            if ns is not None:
+                ns._drop(names)
+        if not any(k == key for k, _ in TABLE):
+            PARAMS.pop(key, None)
+    _changed(key)
+
+
+def _changed(key: str) -> None:
+    """Tell the subscribed caches, and the registry (its choices read each backend's supports())."""
+    for fn in list(_LISTENERS):
+        fn(key)
+    registry.clear_cache()
+
+
 def scalar_params(op: str, params: dict[str, Any], dtype: str) -> tuple[float, float]:
     """(a, b) as Python floats, rounded to float32 below float64 (what the tests compare against)."""
     vals = [float(params[n]) for n in PARAMS.get(op, ())]
@@ -1249,6 +1379,6 @@ def scalar_params(op: str, params: dict[str, Any], dtype: str) -> tuple[float, f
     return vals[0], vals[1]
 
 
-__all__ = ["PARAMS", "TABLE", "WIDE", "bias_params", "build", "build_family", "constants", "family_formulas",
-           "family_params", "family_y_formula", "formula_name", "libm", "math_libm", "numpy_libm", "python",
-           "scalar_params"]
+__all__ = ["PARAMS", "TABLE", "WIDE", "Namespace", "bias_params", "build", "build_family", "constants",
+           "family_formulas", "family_params", "family_y_formula", "formula_name", "in_source", "libm", "math_libm",
+           "numpy_libm", "on_change", "python", "register", "scalar_params", "unregister"]

@@ -137,15 +137,15 @@ def kernel(key: str, direction: str, dtype: str, isa: str | None = None) -> Call
         return _elementwise(s, row, dtype, signature == "binary")
     if signature == "ternary":
         return _ternary(s, row, dtype)
-    if signature == "prelu":
-        return _prelu(s, symbol, dtype, key, direction)
-    if signature == "prelu_weight_grad":
-        return _prelu_weight_grad(s, symbol, dtype)
+    if signature == "channel":  # an array parameter (prelu's weight), per channel along axis
+        return _channel(s, symbol, dtype, key, direction)
+    if signature == "channel_param_grad":
+        return _channel_param_grad(s, symbol, dtype, key)
     if signature in ("gated", "gated_grad"):
         return _gated(s, row, dtype, signature == "gated_grad")
     if signature in ("bias_act", "bias_act_grad"):
         return _bias_act(s, row, dtype, signature == "bias_act_grad")
-    return _swish_beta_grad(s, symbol, dtype, cost)
+    return _scalar_param_grad(s, symbol, dtype, key, cost)  # scalar_param_grad (swish's beta)
 
 
 def _packer(names: tuple[str, ...]) -> Callable[[dict], tuple[float, float, float, float]]:
@@ -301,11 +301,20 @@ def _c_order(*arrays: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(np.require(a, requirements="CA") for a in arrays)
 
 
-def _prelu(s: dict, symbol: str, dtype: str, op: str, direction: str) -> Callable:
+def _defn(key: str) -> Any:
+    """The definition of the op whose kernel key `key` is."""
+    from multiact.optable import KEYS
+
+    return KEYS[key].defn
+
+
+def _channel(s: dict, symbol: str, dtype: str, key: str, direction: str) -> Callable:
+    """An op whose array parameter (prelu's weight) holds one value per channel along `axis`."""
     from multiact import get_num_threads
 
     lib, ffi = s["lib"], s["ffi"]
     fn, ct = getattr(lib, symbol), _CTYPE[dtype]
+    array = _defn(key).array_param
 
     def run(dy, x, out, p):
         if out.size == 0:
@@ -318,7 +327,7 @@ def _prelu(s: dict, symbol: str, dtype: str, op: str, direction: str) -> Callabl
             run(None if dy is None else ins[0], ins[-1], tmp, p)
             out[...] = tmp
             return
-        w = p["weight"]
+        w = p[array]
         outer, c, inner = _channels(x, w, p["axis"], order)
         w32 = np.ascontiguousarray(w.reshape(-1), dtype=np.float32)
         flat = [ffi.from_buffer(ct, a.reshape(-1, order=order)) for a in arrays]  # views in memory order
@@ -330,12 +339,14 @@ def _prelu(s: dict, symbol: str, dtype: str, op: str, direction: str) -> Callabl
     return run
 
 
-def _prelu_weight_grad(s: dict, symbol: str, dtype: str) -> Callable:
+def _channel_param_grad(s: dict, symbol: str, dtype: str, key: str) -> Callable:
+    """The gradient of an array parameter: one float64 sum per channel."""
     lib, ffi = s["lib"], s["ffi"]
     fn, ct = getattr(lib, symbol), _CTYPE[dtype]
+    array = _defn(key).array_param
 
     def k(dy, x, p):
-        w = p["weight"]
+        w = p[array]
         order = _order(dy, x)
         if order is None:
             return k(*_c_order(dy, x), p)
@@ -349,17 +360,19 @@ def _prelu_weight_grad(s: dict, symbol: str, dtype: str) -> Callable:
     return k
 
 
-def _swish_beta_grad(s: dict, symbol: str, dtype: str, cost: int) -> Callable:
+def _scalar_param_grad(s: dict, symbol: str, dtype: str, key: str, cost: int) -> Callable:
+    """The gradient of a scalar parameter (swish's beta): one float64 sum."""
     from multiact import get_num_threads
 
     lib, ffi = s["lib"], s["ffi"]
     fn, ct = getattr(lib, symbol), _CTYPE[dtype]
+    name = _defn(key).param_grad
 
     def k(dy, x, p):
         # a sum: contiguous copies of strided inputs give the same partial sums as contiguous inputs
         flat = _flat(dy, x, aligned=True) or _flat(*_c_order(dy, x))
         dyf, xf = (ffi.from_buffer(ct, a) for a in flat)
-        return float(fn(dyf, xf, x.size, float(np.float32(p["beta"])), cost, get_num_threads()))
+        return float(fn(dyf, xf, x.size, float(np.float32(p[name])), cost, get_num_threads()))
 
     return k
 

@@ -34,7 +34,11 @@ The compiled loops are cached on disk where numba finds a writable place
 (`NUMBA_CACHE_DIR` when set, else next to the source, else the user's cache).
 Where none is usable the loops are compiled in memory, and `info()` says why;
 an unusable `NUMBA_CACHE_DIR` turns caching off rather than letting numba fall
-back to writing into the package tree.
+back to writing into the package tree.  Loops around a formula that was added
+at run time (`formulas.register`: an op of `multiact.register_op`) are always
+compiled in memory, since the cache keys hash formulas.py, not the module that
+wrote the formula; when its formulas change (`formulas.on_change`) the loops
+built on them are dropped.
 """
 
 from __future__ import annotations
@@ -54,7 +58,9 @@ from multiact import vocab
 from multiact._config import get_num_threads
 from multiact._layout import coalesce, flat_views
 from multiact.dtypes import f32_bits_to_bf16, is_bf16, to_float32
-from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS
+from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS
+
+from . import formulas as _formulas_module
 
 NAME = "numba"
 PRIORITY = 20
@@ -85,7 +91,14 @@ def _once(fn: Callable) -> Callable:
         with lock:
             memo.clear()
 
+    def discard(pred: Callable[[Any], bool]) -> None:
+        """Forget the entries whose key pred accepts."""
+        with lock:
+            for k in [k for k in memo if pred(k)]:
+                del memo[k]
+
     get.cache_clear = cache_clear
+    get.discard = discard
     return get
 
 
@@ -145,8 +158,9 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     """The kernel for (kernel key, direction, dtype), following the calling conventions of the registry."""
     if not supports(key, direction, dtype):
         raise ValueError(f"numba backend has no kernel for {key} {direction} {dtype}")
-    if direction == "param_grad":
-        return _swish_beta_grad if key == "swish" else _prelu_weight_grad
+    defn = KEYS[key].defn if key in KEYS else None
+    if direction == "param_grad":  # an array parameter's gradient per channel, a scalar one's a sum
+        return _channel_param_grad(key) if defn.array_param else _scalar_param_grad(key)
     wd = "float64" if dtype == "float64" else "float32"
     if direction == "backward2":  # kernel(g, dy, x, out, p); prelu's f'' takes no weight (0 for every w)
         loop_key = (_shared_key(key, direction), direction, wd)
@@ -155,8 +169,8 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
             _run(loop_key, (g, dy, x), out, _params(key, p, dtype))
 
         return backward2
-    if key == "prelu":
-        return _prelu_forward if direction == "forward" else _prelu_backward
+    if defn is not None and defn.array_param:  # prelu's weight per channel
+        return _channel_forward(key) if direction == "forward" else _channel_backward(key)
     if key in FAMILY_KEYS:
         return _gated_kernel(key, direction, dtype, wd)
     if key in BIAS_ACT_KEYS:
@@ -184,29 +198,38 @@ def _shared_key(key: str, direction: str) -> str:
     return next(k for (k, d), f in formulas.TABLE.items() if d == direction and f == name)
 
 
-# ---- prelu and the parameter gradients --------------------------------------------------------------
+# ---- an array parameter (prelu's weight) and the parameter gradients -------------------------------------
+
+# prelu with one slope is leaky_relu: its loop, contiguous fast path included
+_ONE_SLOPE = "leaky_relu"
 
 
-def _prelu_weight(p: dict, x: np.ndarray) -> np.ndarray:
-    return np.asarray(p["weight"], dtype=x.dtype)
+def _channel_forward(key: str) -> Callable:
+    array = KEYS[key].defn.array_param
+
+    def forward(x, out, p):
+        w = np.asarray(p[array], dtype=x.dtype)
+        wd = "float64" if x.dtype == np.float64 else "float32"
+        if w.size == 1:
+            _run((_ONE_SLOPE, "forward", wd), (x,), out, (float(w.reshape(-1)[0]), 0.0))
+        else:
+            _run((key, "forward", wd), (x, np.broadcast_to(w, x.shape)), out, (0.0, 0.0))
+
+    return forward
 
 
-def _prelu_forward(x, out, p):
-    w = _prelu_weight(p, x)
-    wd = "float64" if x.dtype == np.float64 else "float32"
-    if w.size == 1:  # one slope: the leaky_relu loop, contiguous fast path included
-        _run(("leaky_relu", "forward", wd), (x,), out, (float(w.reshape(-1)[0]), 0.0))
-    else:
-        _run(("prelu", "forward", wd), (x, np.broadcast_to(w, x.shape)), out, (0.0, 0.0))
+def _channel_backward(key: str) -> Callable:
+    array = KEYS[key].defn.array_param
 
+    def backward(dy, x, out, p):
+        w = np.asarray(p[array], dtype=x.dtype)
+        wd = "float64" if x.dtype == np.float64 else "float32"
+        if w.size == 1:
+            _run((_ONE_SLOPE, "backward", wd), (dy, x), out, (float(w.reshape(-1)[0]), 0.0))
+        else:
+            _run((key, "backward", wd), (dy, x, np.broadcast_to(w, x.shape)), out, (0.0, 0.0))
 
-def _prelu_backward(dy, x, out, p):
-    w = _prelu_weight(p, x)
-    wd = "float64" if x.dtype == np.float64 else "float32"
-    if w.size == 1:
-        _run(("leaky_relu", "backward", wd), (dy, x), out, (float(w.reshape(-1)[0]), 0.0))
-    else:
-        _run(("prelu", "backward", wd), (dy, x, np.broadcast_to(w, x.shape)), out, (0.0, 0.0))
+    return backward
 
 
 def _reduce(key: str, dy: np.ndarray, x: np.ndarray, a: float) -> float:
@@ -237,28 +260,39 @@ def _reduce_call(pair, arrays, a) -> float:
     return float(_call(pair, arrays[0].shape[0], (*arrays, a, 0.0)))
 
 
-def _swish_beta_grad(dy, x, p) -> float:
-    """d/d(beta) of sum(dy * swish(x, beta)), accumulated in float64."""
-    return _reduce("swish_beta", dy, x, float(p["beta"]))
+def _scalar_param_grad(key: str) -> Callable:
+    """d/d(param) of sum(dy * op(x, param)) for a scalar parameter (swish's beta), accumulated in float64."""
+    name = KEYS[key].defn.param_grad
+
+    def grad(dy, x, p) -> float:
+        return _reduce(key, dy, x, float(p[name]))
+
+    return grad
 
 
-def _prelu_weight_grad(dy, x, p) -> np.ndarray:
-    """Per-channel sum of dy * x over x <= 0, in float64, shaped like the weight."""
-    w = np.asarray(p["weight"])
-    if w.size == 1:
-        return np.full(w.shape, _reduce("prelu_weight", dy, x, 0.0))
-    axis = int(p["axis"])
-    xm, dym = np.moveaxis(x, axis, 0), np.moveaxis(dy, axis, 0)
-    sums = np.array([_reduce("prelu_weight", dym[c], xm[c], 0.0) for c in range(xm.shape[0])])
-    return sums.reshape(w.shape)
+def _channel_param_grad(key: str) -> Callable:
+    """Per-channel sum of the weight's term (prelu: dy * x over x <= 0), in float64, shaped like the weight."""
+    array = KEYS[key].defn.array_param
+
+    def grad(dy, x, p) -> np.ndarray:
+        w = np.asarray(p[array])
+        if w.size == 1:
+            return np.full(w.shape, _reduce(key, dy, x, 0.0))
+        axis = int(p["axis"])
+        xm, dym = np.moveaxis(x, axis, 0), np.moveaxis(dy, axis, 0)
+        sums = np.array([_reduce(key, dym[c], xm[c], 0.0) for c in range(xm.shape[0])])
+        return sums.reshape(w.shape)
+
+    return grad
 
 
 @_once
 def _reductions(key: str) -> _LoopPair:
+    """The float64 loop of an op's parameter-gradient term, tagged <op>_<parameter> (swish_beta, prelu_weight)."""
     from . import formulas
 
-    name = formulas.TABLE[("swish" if key == "swish_beta" else "prelu", "param_grad")]
-    return _LoopPair(getattr(_formulas("float64"), name), 0, key)
+    name = formulas.TABLE[(key, "param_grad")]
+    return _LoopPair(getattr(_formulas("float64"), name), 0, f"{key}_{KEYS[key].defn.param_grad}", _cache_for(name))
 
 
 # ---- parameters -------------------------------------------------------------------------------
@@ -526,8 +560,9 @@ class _LoopPair:
     pair drops both loops, the parallel one holding the serial one.
     """
 
-    def __init__(self, scalar: Callable, arity: int, tag: str):
+    def __init__(self, scalar: Callable, arity: int, tag: str, cache: bool | None = None):
         self.scalar, self.arity, self.tag = scalar, arity, tag
+        self.cache = cache  # False: compile in memory (a formula added at run time); None: on disk where possible
         self._loops: list = [None, None]  # serial, parallel
         self._blocks: set = set()  # (parallel, dtype) whose block signature is compiled
         self._lock = threading.RLock()  # threads meeting a cold loop build it once, not once each
@@ -539,7 +574,7 @@ class _LoopPair:
                 loop = self._loops[parallel]
                 if loop is None:
                     inner = self.loop(False) if parallel and self.arity else self.scalar  # reductions: a parfor
-                    loop = self._loops[parallel] = _make_loop(inner, self.arity, parallel, self.tag)
+                    loop = self._loops[parallel] = _make_loop(inner, self.arity, parallel, self.tag, self.cache)
         return loop
 
     def _forget(self, parallel: bool, loop) -> None:
@@ -657,23 +692,25 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool | 
     The loop is generated as a module-level function (not a closure) whose
     scalar is a module global: numba's on-disk cache keys closures by a pickle of
     their cells, which is not stable across processes, so closures never hit.
+    A loop compiled in memory (cache False) is made in a copy of the module's
+    globals instead, so that it leaves nothing behind in the module.
     """
     from numba import njit, prange
 
+    if cache is None:
+        cache = _cache_status()[0]
     name = f"_loop_{tag}_{'par' if parallel else 'ser'}_{_source_tag()}"
     # float32 loops may fuse a * b + c into one FMA (more accurate, fewer instructions); float64
     # loops stay unfused so that they round exactly like the reference formulas.
     fastmath = {"contract"} if tag.endswith("float32") else False
     blocked = parallel and arity != 0
     gname = f"_{'serial' if blocked else 'scalar'}_{tag}"
-    ns = globals()
+    ns = globals() if cache else dict(globals())
     ns[gname] = g
     ns.setdefault("prange", prange)
     templates = _GATED_PARALLEL if arity in _GATED_TEMPLATES else _PARALLEL
     template = templates[arity] if blocked else {**_TEMPLATES, **_GATED_TEMPLATES}[arity]
     exec(compile(template.format(name=name, g=gname), __file__, "exec"), ns)
-    if cache is None:
-        cache = _cache_status()[0]
     return njit(parallel=parallel, error_model="numpy", fastmath=fastmath, cache=cache)(ns[name])
 
 
@@ -682,10 +719,26 @@ def _loops(key: tuple[str, str, str]) -> _LoopPair:
     from . import formulas
 
     op, direction, dtype = key
-    scalar = getattr(_formulas(dtype), formulas.TABLE[(op, direction)])
+    name = formulas.TABLE[(op, direction)]
+    scalar = getattr(_formulas(dtype), name)
     # the direction's arrays, and prelu's weight (its f'' takes none)
-    arity = vocab.DIRECTIONS[direction].arity + (1 if op == "prelu" and direction != "backward2" else 0)
-    return _LoopPair(scalar, arity, f"{op}_{direction}_{dtype}")
+    array = op in KEYS and KEYS[op].defn.array_param and direction != "backward2"
+    arity = vocab.DIRECTIONS[direction].arity + (1 if array else 0)
+    return _LoopPair(scalar, arity, f"{op}_{direction}_{dtype}", _cache_for(name))
+
+
+def _cache_for(*names: str | None) -> bool | None:
+    """None (on disk where possible) for loops around formulas.py's own formulas; False (in memory) where one was
+    added at run time: the cache keys hash formulas.py, so they cannot tell one such formula from another."""
+    return None if all(_formulas_module.in_source(n) for n in names if n) else False
+
+
+@_formulas_module.on_change
+def _forget(key: str) -> None:
+    """Drop every loop built on kernel key `key`'s formulas (added or taken out at run time: formulas.register)."""
+    _loops.discard(lambda k: k[0] == key)
+    _reductions.discard(lambda k: k == key)
+    _gated_loops.discard(lambda k: k[0].split(":", 1)[1] == key)
 
 
 # ---- the gated family: two inputs (gate, up), one output forward, two backward -------------------------------
@@ -780,7 +833,8 @@ def _gated_loops(key: tuple[str, str, str]) -> _LoopPair:
         # the reference's z, whose last bit the suite's slack measures relative to z, not to x * s
         tag += "_exact"
     arity = (_BIAS_ARITY if fam_key in BIAS_ACT_KEYS else _GATED_ARITY)[direction]
-    return _LoopPair(getattr(fam, direction), arity, tag)
+    act = (*formulas.family_formulas(fam_key), formulas.family_y_formula(fam_key))
+    return _LoopPair(getattr(fam, direction), arity, tag, _cache_for(*act))
 
 
 def _gated_signature(nops: int, wdt) -> tuple:

@@ -75,7 +75,15 @@ def _blocks(arrays: tuple[np.ndarray, ...], out: np.ndarray):
 
 
 def _scalar_params(op: str, p: dict) -> dict:
-    return {k: v for k, v in p.items() if k not in ("weight", "axis")}
+    """The parameters a reference takes by keyword: all but an array parameter's (prelu's weight and axis)."""
+    return {k: v for k, v in p.items() if k not in _array_params(op)}
+
+
+def _array_params(op: str) -> tuple[str, ...]:
+    """An op with an array parameter: its parameters in the reference's positional order (the array given
+    blockwise, broadcast to x), else ()."""
+    d = KEYS[op].defn
+    return d.param_names if d.array_param else ()
 
 
 def _svml32() -> bool:
@@ -97,7 +105,7 @@ def _wide32(spec) -> bool:
     derivative crosses zero away from a kink: Tolerance.bwd_atol) and those with a scaled exponential argument
     (Tolerance.cond: celu's x / alpha, softplus's beta * x), whose float32 formulas round that argument before
     the exponential and cancel in the tails: up to ~180 ulp off (gelu near x = -12, celu alpha=0.3 62, issue 19).
-    The other smooth ops are within 4 ulp in float32 (benchmarks/results/accuracy-f32-subset-numpy.txt) and
+    The other smooth ops are within 4 ulp in float32 (results/accuracy-f32-subset-numpy.txt) and
     1.1-4.7x slower in float64, so stay there, except where NumPy's float32 math is SVML's (`_svml32`)."""
     return not spec.exact and (_SVML32 or spec.tol.bwd_atol > 0 or spec.tol.cond is not None)
 
@@ -105,15 +113,16 @@ def _wide32(spec) -> bool:
 def _elementwise(op: str, fn: Callable, n_in: int, wide32: bool = False) -> Callable:
     """A reference formula blockwise; with wide32, float32 blocks in float64, the parameters rounded to
     float32 first (what the float32 kernels and the reference are given)."""
-    prelu = op == "prelu"
+    positional = _array_params(op)  # prelu: (weight, axis)
+    array = KEYS[op].defn.array_param
 
     def run(*args):
         *arrays, out, p = args
-        if prelu:
-            w = np.broadcast_to(p["weight"], out.shape)
+        if positional:
+            w = np.broadcast_to(p[array], out.shape)
             for *blocks, ob in _blocks((*arrays, w), out):
                 *ins, wb = blocks
-                ob[...] = fn(*ins, wb, p["axis"])
+                ob[...] = fn(*ins, *[wb if n == array else p[n] for n in positional])
             return
         q = _scalar_params(op, p)
         if wide32 and out.dtype == np.float32:
@@ -129,8 +138,9 @@ def _elementwise(op: str, fn: Callable, n_in: int, wide32: bool = False) -> Call
 
 
 def _param_grad(op: str, fn: Callable) -> Callable:
-    if op == "prelu":
-        return lambda dy, x, p: fn(_f32(dy), _f32(x), p["weight"], p["axis"])
+    positional = _array_params(op)
+    if positional:  # prelu: fn(dy, x, weight, axis), one sum per channel
+        return lambda dy, x, p: fn(_f32(dy), _f32(x), *[p[n] for n in positional])
 
     def run(dy, x, p):
         if is_bf16(x.dtype):  # float32 blocks from the bits (exact), summed in float64

@@ -40,12 +40,12 @@ def _session_gets(provider: str) -> bool:
     """Whether a real session runs on `provider` (the available list names providers without devices)."""
     import onnxruntime as ort
 
-    from multiact.onnx_export import to_onnx
-
     from ._ort_sessions import session_options
+    from .onnx_graphs import kernel_model
 
     try:
-        sess = ort.InferenceSession(to_onnx("relu").SerializeToString(), session_options(1),
+        model = kernel_model("relu", "forward", "float32", {})
+        sess = ort.InferenceSession(model.SerializeToString(), session_options(1),
                                     providers=[provider, "CPUExecutionProvider"])
         return sess.get_providers()[0] == provider
     except Exception:

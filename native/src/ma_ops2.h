@@ -10,22 +10,16 @@
 #define MA_OPS2_H
 
 #include "ma_ops.h"
+#include "ma_kernel_list.h" /* MA_ZERO_GRAD2_LIST, generated from the definitions (native/kernels.py) */
 
-/* f'' = 0 (piecewise linear) */
+/* f'' = 0 (piecewise linear): one body per key of MA_ZERO_GRAD2_LIST, the ops whose definition says
+ * piecewise_linear (prelu's for every weight: the kernel takes none) */
 #define MA_ZERO_GRAD2(name)                                                       \
     MA_INLINE V op_##name##_grad2(V g, V dy, V x, const ma_params *p) {           \
         (void)g, (void)dy, (void)p;                                               \
         return KEEPNAN(x, ZERO);                                                  \
     }
-MA_ZERO_GRAD2(relu)
-MA_ZERO_GRAD2(relu6)
-MA_ZERO_GRAD2(leaky_relu)
-MA_ZERO_GRAD2(prelu) /* for every weight: the kernel takes none */
-MA_ZERO_GRAD2(hardtanh)
-MA_ZERO_GRAD2(hardsigmoid)
-MA_ZERO_GRAD2(softshrink)
-MA_ZERO_GRAD2(hardshrink)
-MA_ZERO_GRAD2(threshold)
+MA_ZERO_GRAD2_LIST
 
 MA_INLINE V op_hardswish_grad2(V g, V dy, V x, const ma_params *p) {
     (void)p; /* 1/3 on the open middle piece, 0 at the kinks (PyTorch) */

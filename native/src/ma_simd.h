@@ -420,7 +420,7 @@ static inline __attribute__((always_inline)) M256I ma_bf_pack(V v) {
  * vector ops per 32 elements, NaN tested once per step), which measured faster than vcvtneps2bf16 with its
  * subnormal test per vector; where the CPU has AVX512_BF16 the step's pairs go through vcvtne2ps2bf16 and one
  * vpermw each instead, when no lane is subnormal (one vfpclassps per vector; NaN needs no test there), 2-11%
- * faster again (Zen 5: benchmarks/results/isa-avx512-bf16-x86-2core.txt).  Single vectors (the families,
+ * faster again (Zen 5: results/isa-avx512-bf16-x86-2core.txt).  Single vectors (the families,
  * tails) store through ma_bf_pack.  Streaming: 64-byte aligned (ALIGN_bf16), as MA_STREAM_SI512 writes. */
 #define MA_HAVE_BF4 1
 /* The loads are 32-byte halves joined (vinserti64x4): with 64-byte loads a bfloat16 relu forward at 16M (streaming)
@@ -534,7 +534,7 @@ static inline __attribute__((always_inline)) void ma_bf_store4(uint16_t *p, cons
  * (vpsubusw saturates at 0 where l = 0): vpandn, vpsubusw, vpsrlw, vpaddw, the same bits as x + 0x7fff +
  * lsb for every x that is not NaN (h is never 0xffff then, so no wrap).  The step is tested for NaN once;
  * one NaN lane sends the step through ma_bf_hi.  8 vector ops per 16 elements where the 32-bit rounding and
- * vpackusdw took 11 (Zen 3, in cache: benchmarks/results/bf16-native-x86-2core.txt).  Streaming: two
+ * vpackusdw took 11 (Zen 3, in cache: results/bf16-native-x86-2core.txt).  Streaming: two
  * 32-byte stores (the stream head aligns y to 32 bytes: ALIGN_bf16). */
 #define MA_HAVE_BF4 1
 static inline __attribute__((always_inline)) void ma_bf_load4(const uint16_t *p, V *a) {

@@ -703,7 +703,7 @@ static int check_bias_y(const hby_t *k) {
 #endif
 
 /* --serve: the float32 kernels of this build for the accuracy sweeps of an ISA the host cannot run
- * (multiact/tools/served.py; NEON under qemu-aarch64).  A request on stdin is a line "SYMBOL N A B C D" (the
+ * (multiact/cli/served.py; NEON under qemu-aarch64).  A request on stdin is a line "SYMBOL N A B C D" (the
  * packed parameters as C floats, hexadecimal allowed) and then N float32 inputs, 2N for a binary kernel (dy,
  * then x or y), 3N for a ternary one (g, dy, x); the answer on stdout is the N outputs.  Ends at the end of
  * input; exit status 1 on a symbol it lacks or a short read, with the reason on stderr. */

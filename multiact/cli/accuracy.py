@@ -37,7 +37,8 @@ from ..optable import OPS, OpSpec
 from .served import ServedISA
 
 Backend = str | ServedISA | None  # a backend's name (None: the default), or a served ISA's kernels
-UNSERVED = ("prelu",)  # ops whose native kernel is not elementwise (served.py serves those only)
+# ops whose native kernel is not elementwise (an array parameter's: served.py serves those only)
+UNSERVED = tuple(name for name, spec in OPS.items() if spec.defn.array_param)
 
 FLT_MIN = float(np.finfo(np.float32).tiny)
 EPS32 = float(np.finfo(np.float32).eps)
@@ -174,9 +175,10 @@ def cases(ops: Sequence[str] | None = None, dense: bool = False) -> list[tuple[s
         seen = set()
         for key in spec.keys:
             for p in C.key_cases(spec, key)[:1]:
-                if name == "prelu":
-                    p = {"weight": np.array([0.25], dtype=np.float32), "axis": 0}
-                k = C.case_id({a: v for a, v in p.items() if a != "weight"})
+                array = spec.defn.array_param
+                if array:  # one weight, on a 1-D x
+                    p = {array: np.array([0.25], dtype=np.float32), "axis": 0}
+                k = C.case_id({a: v for a, v in p.items() if a != array})
                 if k not in seen:
                     seen.add(k)
                     out.append((name, dict(p)))
@@ -223,7 +225,7 @@ def measure_chunk(op: str, params: dict[str, Any], backend: Backend, x: np.ndarr
                   dirs: Iterable[str] | None = None) -> list[Stats]:
     """Every direction (and both dy) of one op on one chunk of points."""
     spec = OPS[op]
-    case = C.case_id({a: v for a, v in params.items() if a != "weight"})
+    case = C.case_id({a: v for a, v in params.items() if a != spec.defn.array_param})
     label = backend.label if isinstance(backend, ServedISA) else backend or "auto"
     out = []
     with np.errstate(all="ignore"):

@@ -101,7 +101,7 @@ class OpCase:
             shown = [f"{k}={v}" for k, v in self.params if k not in own or own[k] != v]
             return self.op + (f"({','.join(shown)})" if shown else "")
         spec = OPS[self.op]
-        shown = [f"{k}={v}" for k, v in self.params if k != "weight" and spec.defaults().get(k, None) != v]
+        shown = [f"{k}={v}" for k, v in self.params if k != spec.defn.array_param and spec.defaults().get(k, None) != v]
         return self.op + (f"({','.join(shown)})" if shown else "")
 
     def streams(self, direction: str) -> float:
@@ -109,8 +109,9 @@ class OpCase:
         return _GATED_STREAMS[direction] if self.op in GATED else STREAMS[direction]
 
     def call_params(self, dtype: np.dtype) -> dict[str, Any]:
-        if self.op == "prelu":
-            return {"weight": np.array([0.25], dtype=dtype)}
+        array = OPS[self.op].defn.array_param if self.op in OPS else None
+        if array:  # one slope, as on a 1-D array
+            return {array: np.array([0.25], dtype=dtype)}
         return dict(self.params)
 
     def act_params(self) -> dict[str, Any]:
@@ -138,8 +139,8 @@ def parse_op(text: str) -> OpCase:
     if name.strip() in GATED:
         return _parse_gated(name.strip(), given, text)
     spec = get(name.strip())
-    if spec.name == "prelu":
-        return OpCase("prelu", (("weight", "single"),))  # one slope, as on a 1-D array
+    if spec.defn.array_param:
+        return OpCase(spec.name, ((spec.defn.array_param, "single"),))  # one slope, as on a 1-D array
     if not items and any(p.default is REQUIRED for p in spec.params):
         given = dict(param_cases(spec)[0])
     return OpCase(spec.name, tuple(spec.validate(given).items()))

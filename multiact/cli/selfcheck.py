@@ -136,9 +136,10 @@ def _special_masks(v: np.ndarray, dtype: np.dtype, kinks: Sequence[float]) -> di
 
 def _prepared(spec, params, direction, dtype, inputs):
     """(ref, x the verdict is keyed on, scale, params for compare) from the inputs run_case sent."""
-    if spec.name == "prelu":  # as run_case builds it: a weight along axis 1 of the (n, 4) input
-        w = C.prelu_weight(inputs[-1], params["weight"])
-        params = {"weight": w.reshape(1, -1) if w.size > 1 else w.reshape(1, 1), "axis": 1}
+    array = spec.defn.array_param
+    if array:  # as run_case builds it: a weight along axis 1 of the (n, 4) input
+        w = C.prelu_weight(inputs[-1], params[array])
+        params = {array: w.reshape(1, -1) if w.size > 1 else w.reshape(1, 1), "axis": 1}
     if direction == "forward":
         (x,) = inputs
         return np.asarray(C.reference(spec, direction, params, dtype, x)), x, None, params
@@ -271,7 +272,7 @@ def _one_case(chosen, op, params, direction, dt) -> list[CheckRow]:
     case = C.case_id(params)
     made: list[CheckRow] = []
     results: dict[str, tuple[np.ndarray, list[np.ndarray]]] = {}
-    kinks = spec.kinks(C._rounded(spec, params, dt)) if op != "prelu" else (0.0,)
+    kinks = spec.kinks(C._rounded(spec, params, dt)) if not spec.defn.array_param else (0.0,)
     for name, kind in chosen:
         row = CheckRow(name, op, case, direction, dt, "pass")
         made.append(row)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .. import _arrays
+from .._opdefs import COMPOSITE_DEFINITIONS, SELU_ALPHA, SELU_SCALE
 from ..optable import OPS, REQUIRED
 
 PEERS = ("torch", "onnxruntime", "numpy")
@@ -63,7 +64,7 @@ def available(peer: str) -> tuple[bool, str]:
 
 def covers(peer: str, op: str, direction: str) -> bool:
     """Whether the peer has this op and direction (independent of params and dtype)."""
-    table = {"torch": _TORCH_OPS, "onnxruntime": _ORT_OPS, "numpy": _NUMPY_FWD}[peer]
+    table = {"torch": TORCH_OPS, "onnxruntime": _ORT_OPS, "numpy": _NUMPY_FWD}[peer]
     if peer == "numpy" and direction in ("backward", "forward_backward"):
         return op in _NUMPY_BWD
     if peer == "onnxruntime" and direction != "forward":
@@ -98,7 +99,7 @@ def reproduces(peer: str, op: str, params: dict[str, Any]) -> str | None:
     function, so its forward is checked on a probe against the float64 reference first."""
     spec = OPS[op]
     defaults = spec.defaults()
-    if all(params.get(k, v) == v for k, v in defaults.items()) or op == "prelu":
+    if all(params.get(k, v) == v for k, v in defaults.items()) or spec.defn.array_param:  # the caller's weight
         return None
     key = (peer, op, tuple(sorted((k, v) for k, v in params.items() if k in defaults)))
     if key not in _reproduces:
@@ -118,102 +119,85 @@ def reproduces(peer: str, op: str, params: dict[str, Any]) -> str | None:
 
 
 # ---- PyTorch ----------------------------------------------------------------
+# Every op's torch spelling is its definition's (`OpDef.torch`): the function, its arguments, and aten's
+# forward, backward and backward-from-y kernels as calls; a kernel's into-out overload is whichever aten has.
 
-_SELU = (1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
-
-
-def _torch_table(torch: Any, p: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """op -> {fwd: (alloc(x), into(x, o)), bwd: (alloc(dy, x), into(dy, x, o)),
-    bwd_y: (alloc(dy, y), into(dy, y, o))}."""
-    F, A = torch.nn.functional, torch.ops.aten
-    g = p.get
-    a_sel, s_sel = _SELU
-
-    def elu_bwd(alpha, scale, input_scale, is_result):  # torch's elu/selu/celu backward, from x or from y
-        return (lambda d, v: A.elu_backward(d, alpha, scale, input_scale, is_result, v),
-                lambda d, v, o: A.elu_backward.grad_input(d, alpha, scale, input_scale, is_result, v, grad_input=o))
-
-    def leaky_bwd(is_result):
-        return (lambda d, v: A.leaky_relu_backward(d, v, g("negative_slope"), is_result),
-                lambda d, v, o: A.leaky_relu_backward.grad_input(d, v, g("negative_slope"), is_result, grad_input=o))
-
-    relu_bwd = (lambda d, v: A.threshold_backward(d, v, 0),  # y > 0 exactly where x > 0: x or y
-                lambda d, v, o: A.threshold_backward.grad_input(d, v, 0, grad_input=o))
-    celu_k = 1 / g("alpha") if g("alpha") else 1.0  # used for celu only (nonzero alpha); elu's may be 0
-    return {
-        "relu": {"fwd": (F.relu, lambda x, o: A.relu.out(x, out=o)), "bwd": relu_bwd, "bwd_y": relu_bwd},
-        "relu6": {"fwd": (F.relu6, lambda x, o: A.hardtanh.out(x, 0.0, 6.0, out=o)),
-                  "bwd": (lambda d, x: A.hardtanh_backward(d, x, 0.0, 6.0),
-                          lambda d, x, o: A.hardtanh_backward.grad_input(d, x, 0.0, 6.0, grad_input=o))},
-        "leaky_relu": {
-            "fwd": (lambda x: F.leaky_relu(x, g("negative_slope")),
-                    lambda x, o: A.leaky_relu.out(x, g("negative_slope"), out=o)),
-            "bwd": leaky_bwd(False), "bwd_y": leaky_bwd(True)},
-        "elu": {"fwd": (lambda x: F.elu(x, g("alpha")), lambda x, o: A.elu.out(x, g("alpha"), 1, 1, out=o)),
-                "bwd": elu_bwd(g("alpha"), 1, 1, False), "bwd_y": elu_bwd(g("alpha"), 1, 1, True)},
-        "selu": {"fwd": (F.selu, lambda x, o: A.elu.out(x, a_sel, s_sel, 1, out=o)),
-                 "bwd": elu_bwd(a_sel, s_sel, 1, False), "bwd_y": elu_bwd(a_sel, s_sel, 1, True)},
-        "celu": {"fwd": (lambda x: F.celu(x, g("alpha")), lambda x, o: A.celu.out(x, g("alpha"), out=o)),
-                 "bwd": elu_bwd(g("alpha"), 1, celu_k, False), "bwd_y": elu_bwd(g("alpha"), 1, celu_k, True)},
-        "gelu": {"fwd": (lambda x: F.gelu(x, approximate=g("approximate")),
-                         lambda x, o: A.gelu.out(x, approximate=g("approximate"), out=o)),
-                 "bwd": (lambda d, x: A.gelu_backward(d, x, approximate=g("approximate")),
-                         lambda d, x, o: A.gelu_backward.grad_input(d, x, approximate=g("approximate"), grad_input=o))},
-        "silu": {"fwd": (F.silu, lambda x, o: A.silu.out(x, out=o)),
-                 "bwd": (A.silu_backward, lambda d, x, o: A.silu_backward.grad_input(d, x, grad_input=o))},
-        "hardswish": {"fwd": (F.hardswish, lambda x, o: A.hardswish.out(x, out=o)),
-                      "bwd": (A.hardswish_backward, lambda d, x, o: A.hardswish_backward.out(d, x, out=o))},
-        "hardsigmoid": {"fwd": (F.hardsigmoid, lambda x, o: A.hardsigmoid.out(x, out=o)),
-                        "bwd": (A.hardsigmoid_backward,
-                                lambda d, x, o: A.hardsigmoid_backward.grad_input(d, x, grad_input=o))},
-        "sigmoid": {"fwd": (torch.sigmoid, lambda x, o: A.sigmoid.out(x, out=o)),
-                    "bwd_y": (A.sigmoid_backward, lambda d, y, o: A.sigmoid_backward.grad_input(d, y, grad_input=o))},
-        "tanh": {"fwd": (torch.tanh, lambda x, o: A.tanh.out(x, out=o)),
-                 "bwd_y": (A.tanh_backward, lambda d, y, o: A.tanh_backward.grad_input(d, y, grad_input=o))},
-        "logsigmoid": {"fwd": (F.logsigmoid, lambda x, o: A.log_sigmoid.out(x, out=o))},
-        "hardtanh": {"fwd": (lambda x: F.hardtanh(x, g("min_val"), g("max_val")),
-                             lambda x, o: A.hardtanh.out(x, g("min_val"), g("max_val"), out=o)),
-                     "bwd": (lambda d, x: A.hardtanh_backward(d, x, g("min_val"), g("max_val")),
-                             lambda d, x, o: A.hardtanh_backward.grad_input(d, x, g("min_val"), g("max_val"),
-                                                                            grad_input=o))},
-        "softplus": {"fwd": (lambda x: F.softplus(x, g("beta"), g("threshold")),
-                             lambda x, o: A.softplus.out(x, g("beta"), g("threshold"), out=o)),
-                     "bwd": (lambda d, x: A.softplus_backward(d, x, g("beta"), g("threshold")),
-                             lambda d, x, o: A.softplus_backward.grad_input(d, x, g("beta"), g("threshold"),
-                                                                            grad_input=o))},
-        "softsign": {"fwd": (F.softsign, None)},
-        "mish": {"fwd": (F.mish, lambda x, o: A.mish.out(x, out=o)), "bwd": (A.mish_backward, None)},
-        "softshrink": {"fwd": (lambda x: F.softshrink(x, g("lambd")),
-                               lambda x, o: A.softshrink.out(x, g("lambd"), out=o)),
-                       "bwd": (lambda d, x: A.softshrink_backward(d, x, g("lambd")),
-                               lambda d, x, o: A.softshrink_backward.grad_input(d, x, g("lambd"), grad_input=o))},
-        "hardshrink": {"fwd": (lambda x: F.hardshrink(x, g("lambd")),
-                               lambda x, o: A.hardshrink.out(x, g("lambd"), out=o)),
-                       "bwd": (lambda d, x: A.hardshrink_backward(d, x, g("lambd")),
-                               lambda d, x, o: A.hardshrink_backward.grad_input(d, x, g("lambd"), grad_input=o))},
-        "tanhshrink": {"fwd": (F.tanhshrink, None)},
-        "threshold": {"fwd": (lambda x: F.threshold(x, g("threshold"), g("value")),
-                              lambda x, o: A.threshold.out(x, g("threshold"), g("value"), out=o)),
-                      "bwd": (lambda d, x: A.threshold_backward(d, x, g("threshold")),
-                              lambda d, x, o: A.threshold_backward.grad_input(d, x, g("threshold"), grad_input=o))},
-    }
+_TENSORS = ("dy", "x", "y")  # the arrays an aten call names; the others are parameters, literals, 1 / parameter
 
 
-# The ops torch has a function for (its definition's `torch`); prelu's per-axis weight is not torch's.
-_TORCH_OPS = {op for op, spec in OPS.items() if spec.defn.torch is not None and op != "prelu"}
+def _aten(torch: Any, call: str, p: dict[str, Any]) -> tuple[Callable, Callable | None] | None:
+    """(alloc(*tensors), into(*tensors, o)) for an aten call of `OpDef.torch` ("elu_backward(dy, alpha, 1, 1,
+    False, x)"), its tensors in the call's order; into is None where aten has no out= overload; None where aten
+    has no such kernel."""
+    if not call:
+        return None
+    import ast
+
+    node = ast.parse(call, mode="eval").body
+    kernel = getattr(torch.ops.aten, node.func.id, None)
+    if kernel is None:
+        return None
+
+    def value(v: ast.expr) -> Any:
+        if isinstance(v, ast.Constant):
+            return v.value
+        if isinstance(v, ast.Name):
+            return p.get(v.id)
+        if isinstance(v, ast.BinOp) and isinstance(v.op, ast.Div):
+            return value(v.left) / value(v.right)
+        raise ValueError(f"aten call {call!r}: cannot read {ast.unparse(v)}")
+
+    slots = [isinstance(a, ast.Name) and a.id in _TENSORS for a in node.args]
+    consts = [None if s else value(a) for s, a in zip(slots, node.args, strict=True)]
+    kw = {k.arg: value(k.value) for k in node.keywords}
+
+    def args(ts: tuple) -> list:
+        it = iter(ts)
+        return [next(it) if s else c for s, c in zip(slots, consts, strict=True)]
+
+    def alloc(*ts):
+        return kernel(*args(ts), **kw)
+
+    overloads = kernel.overloads()
+    if "grad_input" in overloads:
+        def into(*ts):
+            return kernel.grad_input(*args(ts[:-1]), **kw, grad_input=ts[-1])
+    elif "out" in overloads:
+        def into(*ts):
+            return kernel.out(*args(ts[:-1]), **kw, out=ts[-1])
+    else:
+        into = None
+    return alloc, into
 
 
-# The parameters torch's function fixes at their defaults (multiact takes them as ONNX does).
-_TORCH_FIXED = {"selu": {"alpha": _SELU[0], "scale": _SELU[1]}, "hardsigmoid": {"alpha": 1.0 / 6.0, "beta": 0.5}}
+def torch_kernels(torch: Any, op: str, p: dict[str, Any]) -> dict[str, tuple[Callable, Callable | None]]:
+    """torch's kernels of op at parameters p, from its definition: {fwd: (alloc(x), into(x, o)), bwd: (alloc(dy,
+    x), into(dy, x, o)), bwd_y: (alloc(dy, y), into(dy, y, o))}, the directions torch has; into None where aten
+    has no out= overload."""
+    t = OPS[op].defn.torch
+    fn = getattr(torch.nn.functional if t.namespace == "torch.nn.functional" else torch, t.fn)
+    args, kwargs = [p.get(n) for n in t.args], {n: p.get(n) for n in t.kwargs}
+    out_fwd = _aten(torch, t.aten_forward(), p)
+    entry = {"fwd": (lambda x: fn(x, *args, **kwargs), None if out_fwd is None else out_fwd[1])}
+    for direction, call in (("bwd", t.backward), ("bwd_y", t.backward_y)):
+        kernels = _aten(torch, call, p)
+        if kernels is not None:
+            entry[direction] = kernels
+    return entry
+
+
+# The ops torch has a function for (its definition's `torch`) at their defaults; prelu's per-axis weight is not
+# torch's.
+TORCH_OPS = {op for op, spec in OPS.items() if spec.defn.torch_computes(spec.defaults())}
 
 
 def _torch(op, direction, params, arrays, out, threads) -> Bound | str:
     import torch
 
     torch.set_num_threads(threads)
-    if any(params.get(k, v) != v for k, v in _TORCH_FIXED.get(op, {}).items()):
+    if not OPS[op].defn.torch_computes(params):  # F.selu, F.hardsigmoid: PyTorch's constants only
         return f"no peer: torch's {op} has no parameters (PyTorch's constants only)"
-    entry = _torch_table(torch, params).get(op, {})
+    entry = torch_kernels(torch, op, params)
     if direction == "forward_backward":
         return _torch_autograd(torch, entry["fwd"][0], arrays, out.dtype, f"{op} {direction}")
     pair = entry.get({"forward": "fwd", "backward": "bwd", "backward_y": "bwd_y"}[direction])
@@ -264,9 +248,9 @@ def torch_forward(op: str, params: dict[str, Any]) -> Callable | None:
     """torch's own allocating function for op with these parameters (F.gelu(x, approximate=...)), or None."""
     import torch
 
-    if op not in _TORCH_OPS:
+    if op not in TORCH_OPS:
         return None
-    return _torch_table(torch, params)[op]["fwd"][0]
+    return torch_kernels(torch, op, params)["fwd"][0]
 
 
 def torch_autograd(fwd: Callable, dy: Any, x: Any, what: str) -> Bound | str:
@@ -295,7 +279,7 @@ def make_bias_act(peer: str, act: str, act_params: dict[str, Any], dim: int, gai
         return why
     if peer != "torch":
         return f"no peer: {peer} has no unfused bias_act here (torch's is the reference)"
-    if act != "linear" and act not in _TORCH_OPS:
+    if act != "linear" and act not in TORCH_OPS:
         return f"no peer: torch has no {act}"
     differs = None if act == "linear" else reproduces("torch", act, act_params)
     if differs:
@@ -304,7 +288,7 @@ def make_bias_act(peer: str, act: str, act_params: dict[str, Any], dim: int, gai
 
     torch.set_num_threads(threads)
     entry = {"fwd": (lambda z: z, None), "bwd": (lambda d, z: d, None)} if act == "linear" else \
-        _torch_table(torch, act_params).get(act, {})
+        torch_kernels(torch, act, act_params)
     f = entry["fwd"][0]
     ts = [_tensor(torch, a) for a in arrays]
     ndim = ts[-2].ndim
@@ -355,6 +339,10 @@ def make_bias_act(peer: str, act: str, act_params: dict[str, Any], dim: int, gai
     return Bound("torch", call, None, note)
 
 
+# torch's F.glu: glu at its definition's defaults (a sigmoid of the second half gating the first)
+_F_GLU = {q.name: q.default for q in COMPOSITE_DEFINITIONS["glu"].params}
+
+
 def make_gated(peer: str, op: str, act: str, act_params: dict[str, Any], gate_first: bool, layout: str,
                limit: float | None, direction: str, arrays: tuple[Any, ...], threads: int) -> Bound | str:
     """torch's equivalent of a gated op along the last axis (F.glu for glu's own form, else the unfused
@@ -367,7 +355,7 @@ def make_gated(peer: str, op: str, act: str, act_params: dict[str, Any], gate_fi
         return why
     if peer != "torch":
         return f"no peer: {peer} has no {op} here (torch's is the reference)"
-    if act not in _TORCH_OPS:
+    if act not in TORCH_OPS:
         return f"no peer: torch has no {act}"
     if layout != "halves" or limit is not None:
         return f"no peer: torch has no {op} with layout={layout!r}, limit={limit}"
@@ -377,9 +365,9 @@ def make_gated(peer: str, op: str, act: str, act_params: dict[str, Any], gate_fi
     import torch
 
     torch.set_num_threads(threads)
-    entry = _torch_table(torch, act_params)[act]
+    entry = torch_kernels(torch, act, act_params)
     f = entry["fwd"][0]
-    own_glu = act == "sigmoid" and not gate_first  # torch's F.glu is exactly this form
+    own_glu = act == _F_GLU["act"] and gate_first == (_F_GLU["activate"] == "first")  # torch's F.glu is this form
 
     def fwd(x):
         if own_glu:
@@ -431,52 +419,43 @@ def make_gated(peer: str, op: str, act: str, act_params: dict[str, Any], gate_fi
 
 # ---- ONNX Runtime -------------------------------------------------------------
 
+def _one(t: str, **attrs: Any) -> tuple[list[tuple[str, list[str], dict]], dict[str, float]]:
+    return [(t, ["x"], attrs)], {}
+
+
+# op -> (parameters -> [(op_type, inputs, attributes)] from input "x" to output "y", and scalar initializers;
+# None: no peer at these parameters)
+_ORT_NODES: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "relu": lambda p: _one("Relu"),
+    "relu6": lambda p: ([("Clip", ["x", "lo", "hi"], {})], {"lo": 0.0, "hi": 6.0}),
+    "hardtanh": lambda p: ([("Clip", ["x", "lo", "hi"], {})], {"lo": p["min_val"], "hi": p["max_val"]}),
+    "leaky_relu": lambda p: _one("LeakyRelu", alpha=p["negative_slope"]),
+    "elu": lambda p: _one("Elu", alpha=p["alpha"]),
+    "selu": lambda p: _one("Selu", alpha=p.get("alpha", SELU_ALPHA), gamma=p.get("scale", SELU_SCALE)),
+    "celu": lambda p: _one("Celu", alpha=p["alpha"]),
+    "gelu": lambda p: _one("Gelu", approximate=p["approximate"]),
+    "silu": lambda p: ([("Sigmoid", ["x"], {}), ("Mul", ["x", "t0"], {})], {}),
+    "sigmoid": lambda p: _one("Sigmoid"),
+    "tanh": lambda p: _one("Tanh"),
+    "hardswish": lambda p: _one("HardSwish"),
+    "hardsigmoid": lambda p: _one("HardSigmoid", alpha=p.get("alpha", 1 / 6), beta=p.get("beta", 0.5)),
+    "softplus": lambda p: _one("Softplus") if p["beta"] == 1.0 else None,
+    "softsign": lambda p: _one("Softsign"),
+    "mish": lambda p: _one("Mish"),
+    "softshrink": lambda p: _one("Shrink", bias=p["lambd"], lambd=p["lambd"]),
+    "hardshrink": lambda p: _one("Shrink", bias=0.0, lambd=p["lambd"]),
+}
+
+
 def _ort_nodes(op: str, p: dict[str, Any]) -> tuple[list[tuple[str, list[str], dict]], dict[str, float]] | None:
     """[(op_type, inputs, attributes)] from input "x" to output "y", and scalar initializers; None: no peer."""
-    one = lambda t, **a: ([(t, ["x"], a)], {})  # noqa: E731
-    if op == "relu":
-        return one("Relu")
-    if op == "relu6":
-        return [("Clip", ["x", "lo", "hi"], {})], {"lo": 0.0, "hi": 6.0}
-    if op == "hardtanh":
-        return [("Clip", ["x", "lo", "hi"], {})], {"lo": p["min_val"], "hi": p["max_val"]}
-    if op == "leaky_relu":
-        return one("LeakyRelu", alpha=p["negative_slope"])
-    if op == "elu":
-        return one("Elu", alpha=p["alpha"])
-    if op == "selu":
-        return one("Selu", alpha=p.get("alpha", _SELU[0]), gamma=p.get("scale", _SELU[1]))
-    if op == "celu":
-        return one("Celu", alpha=p["alpha"])
-    if op == "gelu":
-        return one("Gelu", approximate=p["approximate"])
-    if op == "silu":
-        return [("Sigmoid", ["x"], {}), ("Mul", ["x", "t0"], {})], {}
-    if op == "sigmoid":
-        return one("Sigmoid")
-    if op == "tanh":
-        return one("Tanh")
-    if op == "hardswish":
-        return one("HardSwish")
-    if op == "hardsigmoid":
-        return one("HardSigmoid", alpha=p.get("alpha", 1 / 6), beta=p.get("beta", 0.5))
-    if op == "softplus" and p["beta"] == 1.0:
-        return one("Softplus")
-    if op == "softsign":
-        return one("Softsign")
-    if op == "mish":
-        return one("Mish")
-    if op == "softshrink":
-        return one("Shrink", bias=p["lambd"], lambd=p["lambd"])
-    if op == "hardshrink":
-        return one("Shrink", bias=0.0, lambd=p["lambd"])
-    return None
+    nodes = _ORT_NODES.get(op)
+    return None if nodes is None else nodes(p)
 
 
 # The ops ONNX Runtime runs as its own operators (those _ort_nodes spells, at their default parameters).
 _ORT_OPS = {op for op, spec in OPS.items()
-            if op != "prelu" and all(p.default is not REQUIRED for p in spec.params)
-            and _ort_nodes(op, spec.validate({})) is not None}
+            if all(p.default is not REQUIRED for p in spec.params) and _ort_nodes(op, spec.validate({})) is not None}
 _sessions: dict[tuple, Any] = {}
 
 
@@ -554,6 +533,10 @@ def _gelu_fwd(x, p, out=None):
     return np.multiply(0.5 * x, 1 + _erf()(x * (1 / math.sqrt(2))), out=out)
 
 
+def _needs_erf(p: dict[str, Any]) -> bool:
+    return p["approximate"] == "none"
+
+
 def _gelu_bwd(dy, x, p, out=None):
     if p["approximate"] == "tanh":
         t = np.tanh(_K * (x + _C * x**3))
@@ -562,13 +545,15 @@ def _gelu_bwd(dy, x, p, out=None):
     return np.multiply(dy, 0.5 * (1 + _erf()(x * (1 / math.sqrt(2)))) + x * pdf, out=out)
 
 
+_gelu_fwd.needs_erf = _gelu_bwd.needs_erf = _needs_erf  # type: ignore[attr-defined]  # scipy's, at these params
+
 # f(x, p, out) -> result; `out` given only where the formula's last ufunc produces the whole result.
 _NUMPY_FWD: dict[str, Callable] = {
     "relu": lambda x, p, out=None: np.maximum(x, 0, out=out),
     "relu6": lambda x, p, out=None: np.clip(x, 0, 6, out=out),
     "leaky_relu": lambda x, p, out=None: np.where(x > 0, x, x * p["negative_slope"]),
     "elu": lambda x, p, out=None: np.where(x > 0, x, p["alpha"] * np.expm1(x)),
-    "selu": lambda x, p, out=None: _SELU[1] * np.where(x > 0, x, _SELU[0] * np.expm1(x)),
+    "selu": lambda x, p, out=None: SELU_SCALE * np.where(x > 0, x, SELU_ALPHA * np.expm1(x)),
     "celu": lambda x, p, out=None: np.where(x > 0, x, p["alpha"] * np.expm1(x / p["alpha"])),
     "gelu": _gelu_fwd,
     "fast_gelu": lambda x, p, out=None: np.multiply(x, _sig(1.702 * x), out=out),
@@ -616,8 +601,9 @@ _NUMPY_NO_OUT = {"leaky_relu", "elu", "selu", "celu", "softplus", "softshrink", 
 
 
 def _numpy(op, direction, params, arrays, out, threads) -> Bound | str:
-    if op == "gelu" and params["approximate"] == "none" and _erf() is None:
-        return "no peer: NumPy has no erf (install scipy for the gelu formula)"
+    needs_erf = getattr(_NUMPY_FWD[op], "needs_erf", None)
+    if needs_erf is not None and needs_erf(params) and _erf() is None:
+        return f"no peer: NumPy has no erf (install scipy for the {op} formula)"
     p = dict(params)
     if direction == "forward_backward":
         fwd, bwd = _NUMPY_FWD[op], _NUMPY_BWD[op]

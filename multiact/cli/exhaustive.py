@@ -124,10 +124,11 @@ class _Row:
 
         spec = OPS[op]
         self.op, self.direction, self.dy = op, direction, dy
-        self.case = C.case_id({a: v for a, v in params.items() if a != "weight"})
+        array = spec.defn.array_param  # prelu's weight: its parameters as given
+        self.case = C.case_id({a: v for a, v in params.items() if a != array})
         self.tag = direction if dy is None else f"{direction} dy={dy:.4g}"
-        self.p = params if op == "prelu" else spec.validate(params)  # what api passes a kernel
-        self.p_ref = params if op == "prelu" else C._rounded(spec, params, np.float32)  # the float32 kernels' values
+        self.p = params if array else spec.validate(params)  # what api passes a kernel
+        self.p_ref = params if array else C._rounded(spec, params, np.float32)  # the float32 kernels' values
         key = spec.kernel_key(self.p)
         self.ref = numba_backend.kernel(key, direction, "float64")
         self.kernels = {isa: native_backend.kernel(key, direction, "float32", isa=isa) for isa in isas}
@@ -295,9 +296,10 @@ def crosscheck(ops: Sequence[str] | None = None, stride: int = 1 << 16) -> list[
     with np.errstate(all="ignore"):
         for op, params in A.cases(ops):
             spec = OPS[op]
-            p_ref = params if op == "prelu" else C._rounded(spec, params, np.float32)
-            key = spec.kernel_key(params if op == "prelu" else spec.validate(params))
-            case = C.case_id({a: v for a, v in params.items() if a != "weight"})
+            array = spec.defn.array_param  # prelu's weight: its parameters as given
+            p_ref = params if array else C._rounded(spec, params, np.float32)
+            key = spec.kernel_key(params if array else spec.validate(params))
+            case = C.case_id({a: v for a, v in params.items() if a != array})
             for direction in A.directions(spec):
                 dy = np.full_like(x, np.float32(A.DY2))
                 ins = (x,)

@@ -52,10 +52,11 @@ def rows(ops: Sequence[str] | None, isas: Sequence[str]) -> list[dict[str, Any]]
     out = []
     for op, params in A.cases(ops):
         spec = OPS[op]
-        p = params if op == "prelu" else spec.validate(params)
-        p_ref = params if op == "prelu" else C._rounded(spec, params, np.float32)  # the kernels' float32 values
+        array = spec.defn.array_param  # prelu's weight: its parameters as given
+        p = params if array else spec.validate(params)
+        p_ref = params if array else C._rounded(spec, params, np.float32)  # the kernels' float32 values
         key = spec.kernel_key(p)
-        case = C.case_id({a: v for a, v in params.items() if a != "weight"})
+        case = C.case_id({a: v for a, v in params.items() if a != array})
         for direction in A.directions(spec):
             ref_k = numba_backend.kernel(key, direction, "float64")
             xs, y16 = x16, None
