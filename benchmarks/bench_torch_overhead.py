@@ -1,17 +1,29 @@
-"""What multiact costs inside PyTorch: `mt.<op>` and `ma.<op>` on CPU tensors against torch's own function.
+"""What multiact costs beside PyTorch and NumPy on small arrays: the hot path's table (issue 41 item 2).
 
     python benchmarks/bench_torch_overhead.py                       # the table and the DCGAN step, this tree
     python benchmarks/bench_torch_overhead.py --before /tmp/wt-old  # the same, then an older checkout's, side by side
+    python benchmarks/bench_torch_overhead.py --sizes 1K,64K --no-dcgan --before DIR --out FILE   # the issue's table
 
-One thread (torch and multiact), medians of interleaved rounds: every round times each variant once, in
-turn, so a change of load hits them alike; the ratio is the median of the rounds' ratios (its spread, the
-interquartile range of those ratios, follows in brackets, then the ratio of the fastest samples, the figure
-least touched by other processes on a shared machine).  Forward: f(x).  Forward+backward: y = f(x) on an x
-that requires grad, then y.backward(g) with a dense g (what a layer above hands back).  --before runs the same
-measurements on another checkout (a `git worktree add DIR <commit>`, with the native extension copied in) in
-a subprocess with PYTHONPATH=DIR, after this tree's own run; each run's ratios are against torch measured in
-that run.  The DCGAN step: a small generator and discriminator trained one step (D on real and fake, then G)
-with multiact.torch's activation modules against torch.nn's, eager and torch.compile'd.
+float32, one thread (torch and multiact), medians of interleaved rounds: every round times each variant of a
+group once, in turn, so a change of load hits them alike; a ratio is the median of the rounds' ratios (its
+spread, the interquartile range of those ratios, follows in brackets, then the ratio of the fastest samples,
+the figure least touched by other processes on a shared machine).  Per op and size, against torch's own:
+  ma(t)    multiact.<op>(t) on a CPU tensor / torch's function (the op's definition's, OpDef.torch:
+           torch.nn.functional.<op>, torch.sigmoid, torch.tanh)
+  ma(np)   multiact.<op>(x) on the same values as an ndarray / torch's function on the tensor
+  mt       multiact.torch.<op>(t) / torch's function
+  mt mod   multiact.torch.<Module>(...)(t) / torch.nn.<Module>(...)(t)
+  ma bwd   multiact.<op>_grad(g, t) / torch's backward kernel as multiact's torch peer calls it
+           (torch.ops.aten.<op>_backward: its OpOverloadPacket call costs microseconds of Python that torch's
+           autograd does not pay); sigmoid and tanh from the output, as torch's: multiact.<op>_grad(g, y=y)
+  mt f+b   y = f(x) on an x that requires grad, then y.backward(g) with a dense g, multiact.torch / torch
+and, per size, `multiact.relu(x, out=o)` / `np.maximum(x, 0, out=o)` on ndarrays.  The issue's floors (1K:
+ma <= 1, mt and mt mod <= 1.2, relu out= <= 1.1 NumPy; 64K: mt and mt mod <= 1.05) are checked on the
+medians at the end.  --before runs the same measurements on another checkout (a `git worktree add DIR <commit>`,
+with the native extensions copied in) in a subprocess with PYTHONPATH=DIR, after this tree's own run; each
+run's ratios are against torch (and NumPy) measured in that run.  The DCGAN step: a small generator and
+discriminator trained one step (D on real and fake, then G) with multiact.torch's activation modules against
+torch.nn's, eager and torch.compile'd.
 """
 
 from __future__ import annotations
@@ -25,12 +37,21 @@ import sys
 import time
 
 SIZES = {"1K": 1 << 10, "64K": 1 << 16, "4M": 1 << 22}
-OPS = {  # label: (multiact.torch function, multiact function, torch's own, the parameters)
-    "LeakyReLU(0.2)": ("leaky_relu", {"negative_slope": 0.2}, "leaky_relu"),
-    "GELU(tanh)": ("gelu", {"approximate": "tanh"}, "gelu"),
-    "SiLU": ("silu", {}, "silu"),
-    "GELU": ("gelu", {}, "gelu"),
+# label: (op, parameters).  torch's function and backward kernel are multiact's torch peer's (multiact.cli.peers,
+# from the op's definition, OpDef.torch), its module multiact.torch's name for it (module_name, PyTorch's spelling).
+OPS = {
+    "ReLU": ("relu", {}),
+    "LeakyReLU(0.2)": ("leaky_relu", {"negative_slope": 0.2}),
+    "GELU": ("gelu", {}),
+    "GELU(tanh)": ("gelu", {"approximate": "tanh"}),
+    "SiLU": ("silu", {}),
+    "Sigmoid": ("sigmoid", {}),
+    "Tanh": ("tanh", {}),
 }
+COLUMNS = (("ma_t", "ma(t)"), ("ma_np", "ma(np)"), ("mt", "mt"), ("mod", "mt mod"), ("bwd", "ma bwd"),
+           ("fb", "mt f+b"))
+FLOORS = {"1K": {"ma_t": 1.0, "ma_np": 1.0, "mt": 1.2, "mod": 1.2, "np_relu": 1.1},
+          "64K": {"mt": 1.05, "mod": 1.05}}
 
 
 def _timer(fn, budget: float) -> int:
@@ -64,48 +85,85 @@ def ratio(times: dict[str, list[float]], num: str, den: str) -> tuple[float, flo
     return statistics.median(r), q[2] - q[0], min(times[num]) / min(times[den])
 
 
-def _variants(x, xg, g, params, mt_f, ma_f, t_f) -> tuple[dict, dict]:
-    """(forward variants, forward+backward variants) of one op and size."""
+def _groups(torch, ma, mt, spec: tuple, n: int) -> dict[str, dict]:
+    """The variants of one op and size, by group; each group is timed interleaved, against its "torch"."""
+    from multiact.cli import peers
+
+    name, params = spec
+    p = {**ma.ops()[name].defaults(), **params}
+    mt_f, ma_f, ma_g = getattr(mt, name), getattr(ma, name), getattr(ma, f"{name}_grad")
+    t_f = peers.torch_forward(name, p)
+    module = mt.module_name(name)
+    nn_mod, mt_mod = getattr(torch.nn, module)(**params), getattr(mt, module)(**params)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, generator=gen)
+    xn = x.numpy().copy()
+    xg = x.clone().requires_grad_()
+    g = torch.randn(n, generator=gen)
+    bound = peers.make("torch", name, "backward", p, (g, x), torch.empty_like(x), 1)
+    by = bound.note == "backward from y"  # torch has the backward from the output only: multiact's y= form
+    y = t_f(x)
+
     def fb(f):
         def run():
             f(xg, **params).backward(g)
             xg.grad = None
         return run
 
-    fwd = {"torch": lambda: t_f(x, **params), "mt": lambda: mt_f(x, **params), "ma": lambda: ma_f(x, **params)}
-    return fwd, {"torch": fb(t_f), "mt": fb(mt_f)}
+    return {
+        "fwd": {"torch": lambda: t_f(x), "ma_t": lambda: ma_f(x, **params), "ma_np": lambda: ma_f(xn, **params),
+                "mt": lambda: mt_f(x, **params)},
+        "mod": {"torch": lambda: nn_mod(x), "mod": lambda: mt_mod(x)},
+        "bwd": {"torch": bound.alloc,
+                "bwd": (lambda: ma_g(g, y=y, **params)) if by else (lambda: ma_g(g, x, **params))},
+        "fb": {"torch": fb(lambda v, **_: t_f(v)), "fb": fb(mt_f)},
+    }
+
+
+def _budget(n: int, rounds: int) -> tuple[float, int]:
+    # short samples, many rounds: on a shared machine a short sample is less often cut by another process, and
+    # the variants of one round see about the same load
+    return (0.0005, rounds) if n <= 1 << 16 else (0.01, max(5, rounds // 5))
 
 
 def op_table(rounds: int, sizes: list[str]) -> list[dict]:
     import torch
-    import torch.nn.functional as F
 
     import multiact as ma
     import multiact.torch as mt
 
     rows = []
-    for label, (name, params, tname) in OPS.items():
-        mt_f, ma_f, t_f = getattr(mt, name), getattr(ma, name), getattr(F, tname)
+    for label, spec in OPS.items():
         for size in sizes:
             n = SIZES[size]
-            gen = torch.Generator().manual_seed(0)
-            x = torch.randn(n, generator=gen)
-            xg = x.clone().requires_grad_()
-            g = torch.randn(n, generator=gen)
-            # short samples, many rounds: on a shared machine a short sample is less often cut by another
-            # process, and the variants of one round see about the same load
-            budget, r = (0.0005, rounds) if n <= 1 << 16 else (0.01, max(5, rounds // 5))
-
-            fwd, both = _variants(x, xg, g, params, mt_f, ma_f, t_f)
-            fwd = interleaved(fwd, r, budget)
-            both = interleaved(both, r, budget)
-            rows.append({
-                "op": label, "size": size,
-                "torch_fwd_us": statistics.median(fwd["torch"]) * 1e6,
-                "mt_fwd": ratio(fwd, "mt", "torch"), "ma_fwd": ratio(fwd, "ma", "torch"),
-                "torch_fb_us": statistics.median(both["torch"]) * 1e6, "mt_fb": ratio(both, "mt", "torch"),
-            })
+            budget, r = _budget(n, rounds)
+            row = {"op": label, "size": size}
+            for gname, variants in _groups(torch, ma, mt, spec, n).items():
+                times = interleaved(variants, r, budget)
+                row[f"torch_{gname}_us"] = statistics.median(times["torch"]) * 1e6
+                row.update((k, ratio(times, k, "torch")) for k in variants if k != "torch")
+            rows.append(row)
             print(f"  {label:15s} {size:>4s} done", file=sys.stderr, flush=True)
+    return rows
+
+
+def _relu_out(np, ma, n: int) -> dict:
+    x = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    o = np.empty_like(x)
+    return {"np": lambda: np.maximum(x, 0, out=o), "ma": lambda: ma.relu(x, out=o)}
+
+
+def numpy_relu(rounds: int, sizes: list[str]) -> list[dict]:
+    """ma.relu(x, out=o) against np.maximum(x, 0, out=o), float32 ndarrays."""
+    import numpy as np
+
+    import multiact as ma
+
+    rows = []
+    for size in sizes:
+        n = SIZES[size]
+        times = interleaved(_relu_out(np, ma, n), *_budget(n, rounds)[::-1])
+        rows.append({"size": size, "np_us": statistics.median(times["np"]) * 1e6, "np_relu": ratio(times, "ma", "np")})
     return rows
 
 
@@ -168,7 +226,8 @@ def measure(args) -> dict:
 
     torch.set_num_threads(1)
     ma.set_num_threads(1)
-    out = {"torch": torch.__version__, "load": os.getloadavg(), "rows": op_table(args.rounds, args.sizes)}
+    out = {"torch": torch.__version__, "load": os.getloadavg(), "rows": op_table(args.rounds, args.sizes),
+           "numpy": numpy_relu(args.rounds, args.sizes)}
     if args.dcgan:
         out["dcgan_eager"] = dcgan(args.rounds, compiled=False)
         if args.compile:
@@ -181,24 +240,43 @@ def _cell(r: tuple) -> str:
     return f"{r[0]:5.2f}x [{r[1]:.2f}] {r[2]:5.2f}x"
 
 
+def floors(run: dict) -> list[str]:
+    """The issue's floors this run misses (on the medians), as text."""
+    missed = []
+    for row in run["rows"]:
+        for key, most in FLOORS.get(row["size"], {}).items():
+            if key in row and row[key][0] > most:
+                missed.append(f"{row['op']} {row['size']} {dict(COLUMNS)[key]} {row[key][0]:.2f}x > {most}")
+    for row in run.get("numpy", []):
+        most = FLOORS.get(row["size"], {}).get("np_relu")
+        if most is not None and row["np_relu"][0] > most:
+            missed.append(f"relu out= {row['size']} / np.maximum {row['np_relu'][0]:.2f}x > {most}")
+    return missed
+
+
 def report(runs: dict[str, dict]) -> str:
-    names = list(runs)
-    lines = ["mt = multiact.torch.<op>(t), ma = multiact.<op>(t), each / torch.nn.functional's own, one thread; "
-             "median of interleaved rounds' ratios [their IQR], then the ratio of the fastest samples"]
+    lines = ["float32, one thread; each cell: median of interleaved rounds' ratios [their IQR], then the ratio of "
+             "the fastest samples; / torch's own (ma(np): multiact on an ndarray / torch on the tensor; ma bwd: / "
+             "torch.ops.aten.<op>_backward)"]
     for name, run in runs.items():
         lines.append(f"{name}: torch {run['torch']}, load {run['load'][0]:.2f} before, "
                      f"{run['load_after'][0]:.2f} after")
-    head = f"{'op':15s} {'size':>4s} {'torch fwd':>10s} {'torch f+b':>10s}"
-    for name in names:
-        head += f" | {name + ' mt fwd':>22s} {name + ' ma fwd':>22s} {name + ' mt f+b':>22s}"
-    lines += ["", head, "-" * len(head)]
-    first = runs[names[0]]["rows"]
-    for i, row in enumerate(first):
-        line = f"{row['op']:15s} {row['size']:>4s} {row['torch_fwd_us']:8.1f}us {row['torch_fb_us']:8.1f}us"
-        for name in names:
-            r = runs[name]["rows"][i]
-            line += f" | {_cell(r['mt_fwd']):>22s} {_cell(r['ma_fwd']):>22s} {_cell(r['mt_fb']):>22s}"
-        lines.append(line)
+    for name, run in runs.items():
+        head = f"{name:8s} {'op':15s} {'size':>4s} {'torch':>8s} {'nn mod':>8s} {'bwd':>8s} {'f+b':>8s}"
+        head += "".join(f" | {title:>20s}" for _, title in COLUMNS)
+        lines += ["", head, "-" * len(head)]
+        for row in run["rows"]:
+            line = (f"{name:8s} {row['op']:15s} {row['size']:>4s} {row['torch_fwd_us']:6.1f}us "
+                    f"{row['torch_mod_us']:6.1f}us {row['torch_bwd_us']:6.1f}us {row['torch_fb_us']:6.1f}us")
+            line += "".join(f" | {_cell(row[key]):>20s}" for key, _ in COLUMNS)
+            lines.append(line)
+        for row in run.get("numpy", []):
+            lines.append(f"{name:8s} relu(x, out=o) {row['size']:>4s}: np.maximum(x, 0, out=o) {row['np_us']:.2f}us, "
+                         f"multiact.relu / np.maximum {_cell(row['np_relu'])}")
+    lines.append("")
+    for name, run in runs.items():
+        missed = floors(run)
+        lines.append(f"floors missed ({name}): " + ("none" if not missed else "; ".join(missed)))
     for key, what in (("dcgan_eager", "eager"), ("dcgan_compiled", "torch.compile'd")):
         for name, run in runs.items():
             if key in run:
@@ -236,7 +314,9 @@ def main() -> None:
         info = subprocess.run([sys.executable, "-m", "multiact", "info"], capture_output=True, text=True).stdout
         cpu = "\n".join(line for line in info.splitlines() if line.startswith(("CPU", "multiact")))
         with open(args.out, "w") as f:
-            f.write(f"$ python benchmarks/bench_torch_overhead.py {' '.join(sys.argv[1:])}\n{cpu}\n\n{text}\n")
+            when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            f.write(f"$ python benchmarks/bench_torch_overhead.py {' '.join(sys.argv[1:])}\n# run {when}\n{cpu}\n\n"
+                    f"{text}\n")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-_threads: int | None = None
+_threads: int | None = None  # also read by the C hot path (multiact._hotpath), which calls get_num_threads if None
 # Beyond any machine's cores, and far inside a C int: a larger count is a mistake, refused up front
 # rather than by every native call afterwards.
 MAX_THREADS = 1 << 16

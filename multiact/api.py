@@ -124,7 +124,7 @@ def _docs(spec: OpSpec) -> dict[str, str]:
 # (or str choices): anything else (a tensor, a list, an object with __float__) is read afresh by
 # elementwise.call, and the key holds the value itself, +0.0 and -0.0 apart.
 _FAST_FWD = """
-def {name}(x{pre}, *, out=None, backend=None):
+def {name}(x{pre}, *, out=None, backend=None):{cfwd}
     if type(x) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
         hit = _cache.get(('forward', x.dtype{keys}, backend, _prefs()))
         if hit is not None:
@@ -159,7 +159,7 @@ def {name}(x{pre}, *, out=None, backend=None):
 # it cannot vouch for back to the checked path; the forward runs its commonest case (no out=, a contiguous
 # tensor, a kernel that takes addresses: hot.tensor_hot's first branch) itself, one call fewer.
 _FAST_GRAD = """
-def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
+def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):{cgrad}
     if type(dy) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
         if y is None:
             a, d, an = x, 'backward', 'x'
@@ -192,6 +192,14 @@ def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):
                     return res
     return _grad(_spec, dy, x, y, {pdict}, out, backend)
 """
+
+
+# Where multiact._hotpath is built, each function asks it first: it runs what it can vouch for (plain
+# contiguous arrays of a native kernel's dtype; see native/hotpath/hotpath.c) and returns None otherwise.
+_C_FIRST = """
+    res = {call}
+    if res is not None:
+        return res"""
 
 
 def _fast_terms(spec: OpSpec) -> tuple[str, str]:
@@ -237,9 +245,16 @@ def _make(spec: OpSpec) -> dict[str, Any]:
         ]
     else:
         fast, keys = _fast_terms(spec)
+        cfwd = cgrad = ""
+        if hot.C is not None:  # the C hot path first (see hot.c_op); None: the paths below
+            args = "".join(f", {p.name}" for p in spec.params)
+            ns["_cfwd"], ns["_cgrad"] = hot.c_op(spec, "forward"), hot.c_op(spec, "grad")
+            cfwd = _C_FIRST.format(call=f"_cfwd(x, out, backend{args})")
+            cgrad = _C_FIRST.format(call=f"_cgrad(dy, x, y, out, backend{args})")
         src = [
-            _FAST_FWD.format(name=name, pre=pre, fast=fast, keys=keys, pdict=pdict, direct=hot.direct_test("x")),
-            _FAST_GRAD.format(name=name, pre=gpre, fast=fast, keys=keys, pdict=pdict),
+            _FAST_FWD.format(name=name, pre=pre, fast=fast, keys=keys, pdict=pdict, direct=hot.direct_test("x"),
+                             cfwd=cfwd),
+            _FAST_GRAD.format(name=name, pre=gpre, fast=fast, keys=keys, pdict=pdict, cgrad=cgrad),
         ]
     if spec.param_grad is not None:
         src.append(

@@ -171,6 +171,7 @@ def use(name: str, *, only: bool = False) -> Iterator[None]:
 # The scope part of a cache key: `use(...)` preferences in force here (a tuple, hashable).  The
 # MULTIACT_BACKEND part never changes between clear_cache() calls, which clear every cache keyed on it.
 preference_key: Callable[[], tuple[tuple[str, bool], ...]] = _scope.get
+scope_var = _scope  # the same, as the C hot path reads it (multiact._hotpath)
 
 _env_backend = os.environ.get("MULTIACT_BACKEND", "").strip()
 _on_clear: list[Callable[[], None]] = []

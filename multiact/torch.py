@@ -613,6 +613,9 @@ _EAGER_NAMES = {"_compiling": torch.compiler.is_compiling, "_tracing": _C._is_tr
                 "_transforms": _C._are_functorch_transforms_active,
                 "_function_mode": _C._is_torch_function_mode_enabled, "_dispatch_modes": _C._len_torch_dispatch_stack}
 _X = ("x",)
+# The C hot path's guard in Python: torch.compile (dynamo) folds it to True, so that it never sees the C call;
+# the C side reads the rest of is_compiling() (torch.compiler's flag) itself.  Older torch: is_compiling().
+_DYNAMO_COMPILING = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
 
 
 class _Eager(torch.autograd.Function):
@@ -663,6 +666,35 @@ def _eager_grad(s: _OpSet, hit, key: tuple, vals: tuple):
     return got
 
 
+# The C hot path of multiact.torch.<op> (hot.c_op(spec, "torch")), asked first outside torch.compile (dynamo folds
+# _dynamo_compiling() to True, so that it never meets the C call): the result; or, where autograd must record
+# the call, the cached Hit for _Eager (what the Python path below would find); or None: the Python path.
+_C_FIRST = """    if not _dynamo_compiling():
+        y = _cmt(x, {inplace}, {backend}{args})
+        if y is not None:
+            if type(y) is not _Hit:
+                return y
+            if y not in _BACKWARD:
+                _eager_grad(_set, y, (x.dtype{args}, {backend}), ({values}{backend},))
+            return _eager_apply(_undead(x), y)
+"""
+
+
+def _c_first(spec: OpSpec, inplace: str, backend: str, prefix: str) -> str:
+    """_C_FIRST for a function (prefix "") or a module's forward (prefix "self."): the C path's key terms are
+    the parameters as given (it takes only non-zero numbers and str, which key as themselves)."""
+    args = "".join(f", {prefix}{p.name}" for p in spec.params)
+    values = "".join(f"{prefix}{p.name}, " for p in spec.params)
+    return _C_FIRST.format(inplace=inplace, backend=backend, args=args, values=values)
+
+
+def _c_names(spec: OpSpec) -> dict[str, Any]:
+    """What _C_FIRST's source names."""
+    return {"_cmt": hot.c_op(spec, "torch"), "_dynamo_compiling": _DYNAMO_COMPILING, "_Hit": hot.Hit,
+            "_BACKWARD": _BACKWARD, "_eager_grad": _eager_grad, "_set": SETS[spec.name], "_eager_apply": _eager_apply,
+            "_undead": _undead}
+
+
 def _make_function(spec: OpSpec):
     plist, pdict = _signature(spec)
     pre = f", {plist}" if plist else ""
@@ -690,9 +722,12 @@ def _make_function(spec: OpSpec):
             f"            if y is not _MISS:\n"
             f"                return y\n"
         )
+    cfirst = ""
+    if body and hot.C is not None:  # the C hot path first (hot.c_op), outside torch.compile: None, the paths below
+        cfirst = _c_first(spec, "inplace", "backend", "")
     src = (
         f"def {spec.name}(x{pre}, *, inplace=False, backend=None):\n"
-        f"{body}"
+        f"{cfirst}{body}"
         f"    return _apply(_spec, x, {pdict}, inplace, backend)\n"
     )
     ns: dict[str, Any] = {
@@ -702,6 +737,7 @@ def _make_function(spec: OpSpec):
         "_grad_on": _C.is_grad_enabled, "_eager_apply": _eager_apply, "_undead": _undead, "_set": SETS[spec.name],
         "_thot": hot.tensor_hot, "_MISS": hot.MISS,
         "_FN": spec.label("forward"), "_X": _X, "_BACKWARD": _BACKWARD, "_eager_grad": _eager_grad,
+        **(_c_names(spec) if cfirst else {}),
     }
     exec(compile(src, f"<multiact.torch.{spec.name}>", "exec"), ns)  # noqa: S102 - generated from the op table
     f = ns[spec.name]
@@ -747,7 +783,8 @@ class _ActivationModule(_Multiact):
         self.backend = backend
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # the function (FUNCTIONS[op]): its eager hot path, else the custom ops
+        # the function (FUNCTIONS[op]): its eager hot path, else the custom ops (_make_module generates each
+        # module's own forward, the same with the C hot path first)
         return self._fn(x, *[getattr(self, n) for n in self._names], inplace=self.inplace, backend=self.backend)
 
     def extra_repr(self) -> str:
@@ -771,9 +808,22 @@ def _make_module(spec: OpSpec) -> type:
                                             "_names": spec.param_names, "__module__": __name__,
                                             "__doc__": f"nn.Module form of multiact.torch.{spec.name}: {spec.summary}"})
     ns: dict[str, Any] = {"_cls": cls}
+    fast = "_cmt" in FUNCTIONS[spec.name].__globals__
+    if fast:  # the function's C hot path straight from forward (see _make_function), else the function
+        attrs = "".join(f", self.{n}" for n in spec.param_names)
+        src += (
+            "def forward(self, x):\n"
+            + _c_first(spec, "self.inplace", "self.backend", "self.")
+            + f"    return _fn(x{attrs}, inplace=self.inplace, backend=self.backend)\n"
+        )
+        ns.update(_c_names(spec), _fn=FUNCTIONS[spec.name])
     exec(compile(src, f"<multiact.torch.{name}>", "exec"), ns)  # noqa: S102 - generated from the op table
     ns["__init__"].__qualname__ = f"{name}.__init__"
     cls.__init__ = ns["__init__"]
+    if fast:
+        ns["forward"].__qualname__ = f"{name}.forward"
+        ns["forward"].__doc__ = _ActivationModule.forward.__doc__
+        cls.forward = ns["forward"]
     return cls
 
 

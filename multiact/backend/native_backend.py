@@ -203,6 +203,14 @@ def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
                  "p": {"a": a, "b": b, "c": c, "d": d, "da": a, "db": b, "dc": c, "dd": d}}
         return entry, ffi.new("ma_call *", block)
 
+    entry_address = int(ffi.cast("uintptr_t", ffi.addressof(lib, "ma_call_binary" if binary else "ma_call_unary")))
+
+    def native(p: dict) -> tuple[int, int, Any, int, int]:
+        """What multiact._hotpath.Native takes for this kernel with the parameters p: the entry's and the
+        ma_call block's addresses, the block's owner, the arity and the cost (the C hot path's call)."""
+        handle = at(p)[1]
+        return entry_address, int(ffi.cast("uintptr_t", handle)), handle, 2 if binary else 1, cost
+
     def strided(arrays, out, a, b, c, d):
         flat = _flat(*arrays, out)  # Fortran order: flat views in memory order
         if flat is not None:
@@ -222,7 +230,7 @@ def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
             if out.size:
                 run(fn, bu, bv, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
-        k2.at = at
+        k2.at, k2.native = at, native
         return k2
 
     def k1(x, out, p):
@@ -234,7 +242,7 @@ def _elementwise(s: dict, row: tuple, dtype: str, binary: bool) -> Callable:
         if out.size:
             run(fn, bx, bo, out.size, elsize, cost, a, b, c, d, get_num_threads())
 
-    k1.at = at
+    k1.at, k1.native = at, native
     return k1
 
 
