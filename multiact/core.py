@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import checks, executors
+from . import checks, executors, registry
 from . import dtypes as _dtypes
 from .plan import Plan
 
@@ -65,13 +65,35 @@ def _quantized(plan: Plan) -> Any:
         raise TypeError(f"{fn}: quant= runs on host arrays (NumPy, torch CPU tensors) in this version; got "
                         f"{kind} arrays")
     arrs = checks.host_arrays(fn, plan.arrays, plan.family.optional)
+    job = plan.family.host(plan, arrs)
+    plan.family.check(plan, job.dtype)
+    dtype = checks.dtype_name(job.dtype)
+    like = next(a for a in plan.arrays.values() if a is not None)
+    res = _fused(plan, job, dtype, q)
+    if res is not None:
+        return Q.as_kind(res, like)
     wide = {n: _dtypes.to_float32(a) if _dtypes.is_bf16(a.dtype) else a.astype(np.float32) if a.itemsize < 4
             else a for n, a in arrs.items()}
     sub = Plan(fn, plan.what, plan.key, plan.direction, plan.p, {n: wide.get(n) for n in plan.arrays}, None,
                plan.backend, plan.family, plan.state)
     y = executors.host(sub, ())
-    like = next(a for a in plan.arrays.values() if a is not None)
     return Q.as_kind(Q.quantize_host(fn, y, q), like)
+
+
+def _fused(plan: Plan, job: Any, dtype: str, q: Any) -> Any:
+    """The backend's one pass (activation, amax, codes) where it has one for this case, else None.
+
+    A backend offers it as `quantized(plan, job, kernel, dtype, quant) -> (codes, scales) | None`: `kernel` is
+    its forward kernel for the inputs' own dtype (a bfloat16 x is read as bfloat16), `job.run(call, arrays)`
+    hands `call` the family's views of the inputs and of `arrays` (the results' arrays), and the codes and
+    scales must be the bits of the two passes in _quantized (the tests compare them).  None leaves the call
+    to those two passes: the activation on the backend, the quantization by multiact.quant."""
+    try:
+        mod, kernel = registry.resolve(plan.key, plan.direction, dtype, "numpy", plan.backend)
+    except registry.BackendError:  # no kernel for the inputs' own dtype: the float32 passes decide
+        return None
+    fused = getattr(mod, "quantized", None)
+    return None if fused is None else fused(plan, job, kernel, dtype, q)
 
 
 # ---- masked arrays ---------------------------------------------------------------------------------

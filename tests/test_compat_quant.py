@@ -862,7 +862,7 @@ def test_npu_dequant_swiglu_quant_variant_swiglu(swiglu_mode):
         assert np.abs(y.astype(int) - gy).max() <= 1 and np.abs(s / gs - 1).max() < 1e-5
     if swiglu_mode == 1:
         y, s = compat.npu_dequant_swiglu_quant(x, weight_scale=ws, quant_mode=1, swiglu_mode=1)
-        act = ma.swiglu(f32(x.astype(np.float64) * 0.005).astype(np.float32), layout="interleaved", alpha=1.702,
+        act = ma.swiglu(x.astype(np.float32) * ws, layout="interleaved", alpha=1.702,
                         limit=7.0).astype(np.float64)
         scale = f32(np.abs(act).max(axis=-1) / 127.0)
         assert same(s, scale) and (y == np.clip(np.rint(f32(act * f32(1.0 / scale)[:, None])), -128, 127)).all()
