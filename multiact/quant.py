@@ -318,9 +318,10 @@ def as_kind(res: tuple[np.ndarray, ...], like: Any) -> tuple[Any, ...]:
              "float8_e8m0fnu": torch.float8_e8m0fnu}
     out = []
     for a in res:
+        a = a if a.flags.c_contiguous else a.copy()  # not np.ascontiguousarray: it makes a 0-d scale 1-d
         name = a.dtype.name
         if name in names:
-            out.append(torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).view(names[name]))
+            out.append(torch.from_numpy(a.view(np.uint8)).view(names[name]))
         else:
-            out.append(torch.from_numpy(np.ascontiguousarray(a)))
+            out.append(torch.from_numpy(a))
     return tuple(out)
