@@ -61,9 +61,11 @@ def _quantized(plan: Plan) -> Any:
     if checks.masked(*plan.arrays.values()):
         raise TypeError(f"{fn}: quant= does not take masked arrays; pass np.ma.getdata(x)")
     kind = checks.same_kind(fn, plan.arrays, plan.family.join_dask)
+    if kind == "dask":
+        return _quantized_dask(plan, q)
     if kind != "numpy":
-        raise TypeError(f"{fn}: quant= runs on host arrays (NumPy, torch CPU tensors) in this version; got "
-                        f"{kind} arrays")
+        raise TypeError(f"{fn}: quant= runs on host arrays (NumPy, torch CPU tensors) and Dask arrays in this "
+                        f"version; got {kind} arrays")
     arrs = checks.host_arrays(fn, plan.arrays, plan.family.optional)
     job = plan.family.host(plan, arrs)
     plan.family.check(plan, job.dtype)
@@ -72,12 +74,27 @@ def _quantized(plan: Plan) -> Any:
     res = _fused(plan, job, dtype, q)
     if res is not None:
         return Q.as_kind(res, like)
-    wide = {n: _dtypes.to_float32(a) if _dtypes.is_bf16(a.dtype) else a.astype(np.float32) if a.itemsize < 4
-            else a for n, a in arrs.items()}
+    wide = {n: _widen(a) for n, a in arrs.items()}
     sub = Plan(fn, plan.what, plan.key, plan.direction, plan.p, {n: wide.get(n) for n in plan.arrays}, None,
                plan.backend, plan.family, plan.state)
     y = executors.host(sub, ())
     return Q.as_kind(Q.quantize_host(fn, y, q), like)
+
+
+def _widen(a: np.ndarray) -> np.ndarray:
+    """float16 and bfloat16 values exactly as float32 (float32 and float64 as they are)."""
+    return _dtypes.to_float32(a) if _dtypes.is_bf16(a.dtype) else a.astype(np.float32) if a.itemsize < 4 else a
+
+
+def _quantized_dask(plan: Plan, q: Any) -> Any:
+    """Dask arrays: the float32 result's lazy graph, then multiact.dask_quant's codes and scales."""
+    from . import dask_quant  # only once a Dask array is met (it imports dask)
+
+    wide = {n: None if a is None else dask_quant.widened(a, _widen) if hasattr(a, "dask") else
+            _widen(checks.host_arrays(plan.fn, {n: a}, frozenset())[n]) for n, a in plan.arrays.items()}
+    sub = Plan(plan.fn, plan.what, plan.key, plan.direction, plan.p, wide, None, plan.backend, plan.family,
+               plan.state)
+    return dask_quant.run(plan.fn, run(sub), q)
 
 
 def _fused(plan: Plan, job: Any, dtype: str, q: Any) -> Any:

@@ -205,15 +205,29 @@ def _codes(q: Quant, r: np.ndarray) -> np.ndarray:
     return c.astype(_code_dtype(q.dtype))
 
 
-def quantize_host(fn: str, v: np.ndarray, q: Quant) -> tuple[np.ndarray, ...]:
+def whole_stats(q: Quant, v: Any) -> tuple[Any, ...]:
+    """What a dynamic "tensor" scale is derived from, as array methods compute it (NumPy or Dask, whose chunked
+    max and min are exact and propagate NaN): (amax,), or (min, max) for the zero-point form; () for a static
+    scale.  quantize_host(..., stats=) quantizes a part of the array with the whole array's statistics."""
+    if q.granularity != "tensor" or q.scale is not None:
+        return ()
+    if not q.symmetric:
+        return v.min(), v.max()
+    return (abs(v).max(),)
+
+
+def quantize_host(fn: str, v: np.ndarray, q: Quant, stats: tuple | None = None) -> tuple[np.ndarray, ...]:
     """The contract on float32 values v (any shape): (codes, scales) or, for the zero-point form,
-    (codes, scales, zero points)."""
+    (codes, scales, zero points).  `stats` (granularity "tensor"): whole_stats of the whole array, when v is a
+    part of it (a Dask chunk)."""
     v = np.asarray(v, dtype=np.float32)
     vg = _groups(fn, v, q)
     out_shape = () if q.granularity == "tensor" else vg.shape[:-1]
+    if stats:
+        stats = tuple(np.asarray(a, np.float32).reshape(vg.shape[:-1]) for a in stats)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if not q.symmetric:
-            return _azp(q, v, vg, out_shape)
+            return _azp(q, v, vg, out_shape, stats)
         if q.scale is not None:
             s = np.full(vg.shape[:-1], np.float32(q.scale), np.float32)
             bits = None
@@ -223,7 +237,7 @@ def quantize_host(fn: str, v: np.ndarray, q: Quant) -> tuple[np.ndarray, ...]:
                          np.ldexp(np.float32(1), bits.astype(np.int32) - 127)).astype(np.float32)
         else:
             bits = None
-            s = _scales(q, _amax(vg))
+            s = _scales(q, stats[0] if stats else _amax(vg))
         r = (vg / s[..., None]).astype(np.float32)
     codes = _codes(q, r).reshape(v.shape)
     if bits is not None:
@@ -233,9 +247,12 @@ def quantize_host(fn: str, v: np.ndarray, q: Quant) -> tuple[np.ndarray, ...]:
     return codes, s.reshape(out_shape)
 
 
-def _azp(q: Quant, v: np.ndarray, vg: np.ndarray, out_shape: tuple) -> tuple[np.ndarray, ...]:
+def _azp(q: Quant, v: np.ndarray, vg: np.ndarray, out_shape: tuple, stats: tuple | None = None
+         ) -> tuple[np.ndarray, ...]:
     """int8 with a zero point (vLLM's azp): scale = (max - min) / 255, zp = rint(-128 - min / scale)."""
-    if vg.shape[-1] == 0:
+    if stats:
+        lo, hi = stats
+    elif vg.shape[-1] == 0:
         lo = hi = np.zeros(vg.shape[:-1], np.float32)
     else:
         lo, hi = np.min(vg, axis=-1), np.max(vg, axis=-1)
