@@ -1,7 +1,7 @@
 """The public functions, generated from the op table with real signatures and docstrings.
 
 Each op gets `name(x, *params, out=None, backend=None, quant=None)` and
-`name_grad(dy, x, *params, [y=None,] out=None, backend=None)`; swish and prelu
+`name_grad(dy, x, *params, [y=None,] out=None, backend=None, quant=None)`; swish and prelu
 also get their parameter gradients.  Functions are compiled from source so
 that help(), inspect and IDEs show the actual parameters, and so that a call
 on NumPy arrays seen before is one dictionary lookup away from its kernel.
@@ -26,10 +26,11 @@ def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, qua
 
 
 def backward(
-    op: str, dy: Any, x: Any = None, *, y: Any = None, out: Any = None, backend: str | None = None, **params: Any
+    op: str, dy: Any, x: Any = None, *, y: Any = None, out: Any = None, backend: str | None = None,
+    quant: Any = None, **params: Any
 ) -> Any:
     """Generic backward: dL/dx from dy and the input x (or, where the op allows, the output y=)."""
-    return _grad(get(op), dy, x, y, params, out, backend)
+    return _grad(get(op), dy, x, y, params, out, backend, quant)
 
 
 def param_grad(op: str, param: str, dy: Any, x: Any, *, backend: str | None = None, **params: Any) -> Any:
@@ -66,12 +67,12 @@ def param_grad2(
     return elementwise.call(spec, direction, {"g": g, "dy": dy, "x": x}, params, out, backend)
 
 
-def _grad(spec: OpSpec, dy, x, y, params, out, backend):
+def _grad(spec: OpSpec, dy, x, y, params, out, backend, quant=None):
     name = spec.label("backward")
     if y is None:
         if x is None:
             raise TypeError(f"{name} needs the input x (or, where the op allows it, the output y=)")
-        return elementwise.call(spec, "backward", {"dy": dy, "x": x}, params, out, backend)
+        return elementwise.call(spec, "backward", {"dy": dy, "x": x}, params, out, backend, quant)
     if x is not None:
         raise ValueError(f"{name}: pass the input x or the output y=, not both")
     if spec.backward_y is None:
@@ -82,7 +83,7 @@ def _grad(spec: OpSpec, dy, x, y, params, out, backend):
     if not spec.supports_y(p, getattr(y, "dtype", None)):
         raise ValueError(f"{name}: y= is only supported when {spec.y_condition}, in float32 (where the kernels "
                          f"compute {y.dtype}): the parameters {p} round to {in_float32(p)}")
-    return elementwise.call(spec, "backward_y", {"dy": dy, "y": y}, params, out, backend)
+    return elementwise.call(spec, "backward_y", {"dy": dy, "y": y}, params, out, backend, quant)
 
 
 def _param_doc(spec: OpSpec) -> str:
@@ -117,7 +118,7 @@ def _docs(spec: OpSpec) -> dict[str, str]:
     if spec.backward_y is not None:
         cond = f" (when {spec.y_condition})" if spec.y_condition else ""
         ycan = f"\n\nPass y= (the forward's output) instead of x{cond}: what an in-place forward needs."
-    bwd = f"Backward of {spec.name}: dy * d{spec.name}(x)/dx.{ycan}{pblock}\n\n{common}"
+    bwd = f"Backward of {spec.name}: dy * d{spec.name}(x)/dx.{ycan}{pblock}\n\n{common}{quant}"
     return {"fwd": fwd, "bwd": bwd}
 
 
@@ -164,7 +165,9 @@ def {name}(x{pre}, *, out=None, backend=None, quant=None):
 # it cannot vouch for back to the checked path; the forward runs its commonest case (no out=, a contiguous
 # tensor, a kernel that takes addresses: hot.tensor_hot's first branch) itself, one call fewer.
 _FAST_GRAD = """
-def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None):{cgrad}
+def {name}_grad(dy, x=None{pre}, *, y=None, out=None, backend=None, quant=None):
+    if quant is not None:
+        return _grad(_spec, dy, x, y, {pdict}, out, backend, quant){cgrad}
     if type(dy) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
         if y is None:
             a, d, an = x, 'backward', 'x'
@@ -245,8 +248,8 @@ def _make(spec: OpSpec) -> dict[str, Any]:
         src = [
             f"def {name}(x{pre}, *, out=None, backend=None, quant=None):\n"
             f"    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend, quant)\n",
-            f"def {name}_grad(dy, x=None{gpre}, *, y=None, out=None, backend=None):\n"
-            f"    return _grad(_spec, dy, x, y, {pdict}, out, backend)\n",
+            f"def {name}_grad(dy, x=None{gpre}, *, y=None, out=None, backend=None, quant=None):\n"
+            f"    return _grad(_spec, dy, x, y, {pdict}, out, backend, quant)\n",
         ]
     else:
         fast, keys = _fast_terms(spec)

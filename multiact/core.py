@@ -49,9 +49,10 @@ def _dest_names(dests: tuple) -> dict[str, Any]:
 
 
 def _quantized(plan: Plan) -> Any:
-    """A forward whose result is quantized (multiact.quant's contract): the op computed in float32 on its
-    inputs widened exactly to float32 (float16, bfloat16; float32 as it is, float64 in float64), then its
-    values' codes and scales; NumPy in, NumPy out, torch CPU tensors in, torch tensors out."""
+    """A call whose result is quantized (multiact.quant's contract): the op computed in float32 on its inputs
+    widened exactly to float32 (float16, bfloat16; float32 as it is, float64 in float64), then its values'
+    codes and scales; NumPy in, NumPy out, torch CPU tensors in, torch tensors out.  A backward quantizes dx
+    (its other results, bias_act's db and dscale, come back as they are, in float32)."""
     from . import quant as Q
 
     fn = plan.fn
@@ -71,13 +72,15 @@ def _quantized(plan: Plan) -> Any:
     plan.family.check(plan, job.dtype)
     dtype = checks.dtype_name(job.dtype)
     like = next(a for a in plan.arrays.values() if a is not None)
-    res = _fused(plan, job, dtype, q)
+    res = _fused(plan, job, dtype, q) if plan.direction == "forward" else None
     if res is not None:
         return Q.as_kind(res, like)
     wide = {n: _widen(a) for n, a in arrs.items()}
     sub = Plan(fn, plan.what, plan.key, plan.direction, plan.p, {n: wide.get(n) for n in plan.arrays}, None,
                plan.backend, plan.family, plan.state)
     y = executors.host(sub, ())
+    if isinstance(y, tuple):  # a backward with sums (bias_act_grad): dx quantized, db and dscale in float32
+        return (Q.as_kind(Q.quantize_host(fn, y[0], q), like), *Q.as_kind(y[1:], like))
     return Q.as_kind(Q.quantize_host(fn, y, q), like)
 
 
@@ -94,7 +97,10 @@ def _quantized_dask(plan: Plan, q: Any) -> Any:
             _widen(checks.host_arrays(plan.fn, {n: a}, frozenset())[n]) for n, a in plan.arrays.items()}
     sub = Plan(plan.fn, plan.what, plan.key, plan.direction, plan.p, wide, None, plan.backend, plan.family,
                plan.state)
-    return dask_quant.run(plan.fn, run(sub), q)
+    y = run(sub)
+    if isinstance(y, tuple):  # a backward with sums: dx quantized, the sums as they are
+        return (dask_quant.run(plan.fn, y[0], q), *y[1:])
+    return dask_quant.run(plan.fn, y, q)
 
 
 def _fused(plan: Plan, job: Any, dtype: str, q: Any) -> Any:

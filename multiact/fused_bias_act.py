@@ -281,7 +281,7 @@ def forward(x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, 
 
 
 def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
-             backend: str | None, y: Any = None) -> Any:
+             backend: str | None, y: Any = None, quant: Any = None) -> Any:
     """dx, or (dx, db) with b, or (dx, db, dscale) with scale (db None without b); from the forward's
     output y instead of x where `y_form_check` allows it."""
     fn = label("backward")
@@ -290,8 +290,10 @@ def backward(dy: Any, x: Any, b: Any, scale: Any, given: dict[str, Any], extra: 
     if y is None and x is None:
         raise TypeError(f"{fn} needs the input x (or, where the activation allows it, the forward's output y=)")
     main = {"x": x} if y is None else {"y": y}
-    return core.run(plan("backward" if y is None else "backward_y", {**main, "b": b, "scale": scale, "dy": dy},
-                         given, extra, out, backend))
+    pl = plan("backward" if y is None else "backward_y", {**main, "b": b, "scale": scale, "dy": dy}, given, extra,
+              out, backend)
+    pl.quant = quant
+    return core.run(pl)
 
 
 def plan(direction: str, arrays: dict[str, Any], given: dict[str, Any], extra: dict[str, Any], out: Any,
@@ -503,9 +505,9 @@ def bias_act(x: Any, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: A
 
 def bias_act_grad(dy: Any, x: Any = None, b: Any = None, act: str = LINEAR, *, dim: int = 1, scale: Any = None,
                   gain: float = 1.0, clamp: float | None = None, y: Any = None, out: Any = None,
-                  backend: str | None = None, **act_params: Any) -> Any:
+                  backend: str | None = None, quant: Any = None, **act_params: Any) -> Any:
     return backward(dy, x, b, scale, {"act": act, "dim": dim, "gain": gain, "clamp": clamp}, act_params, out,
-                    backend, y)
+                    backend, y, quant)
 
 
 def _doc() -> str:
@@ -538,6 +540,8 @@ wanted): for linear and the activations with a y form (their y condition holding
 gain (a power of two for relu6 and hardtanh), any clamp (zero gradient where |y| >= clamp, StyleGAN's
 rule: it differs from the x form only where act(z) * gain hits clamp exactly), and no scale (dscale
 needs x).  Anything else is a YFormError naming the argument.
+quant: a multiact.Quant: dx as (codes, scales) of its float32 values (multiact.quantize's contract), db and
+dscale in float32: ((codes, scales), db) with b, ((codes, scales), db, dscale) with scale.
 {_doc()}"""
 
 FUNCTIONS = {"bias_act": bias_act, "bias_act_grad": bias_act_grad}

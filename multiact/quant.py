@@ -343,6 +343,10 @@ def as_kind(res: tuple[np.ndarray, ...], like: Any) -> tuple[Any, ...]:
              "float8_e8m0fnu": torch.float8_e8m0fnu}
     out = []
     for a in res:
+        if a is None:  # a result the call does not make (bias_act_grad's db without b)
+            out.append(None)
+            continue
+        a = np.asarray(a)
         a = a if a.flags.c_contiguous else a.copy()  # not np.ascontiguousarray: it makes a 0-d scale 1-d
         name = a.dtype.name
         if name in names:

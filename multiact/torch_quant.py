@@ -74,7 +74,8 @@ def _fake(x: torch.Tensor, t1: torch.Tensor | None, t2: torch.Tensor | None, cal
 
     c, q = _decode(call)
     named = dict(zip(c["tensors"], (t1, t2), strict=False))
-    shape = tuple(getattr(mt, c["fn"])(x, **named, **c["params"], backend=c["backend"]).shape)  # the fakes' shape
+    forward = getattr(mt, c["fn"], None)  # a forward's shape from its own fake; a backward's dx is dy's shape
+    shape = tuple(x.shape if forward is None else forward(x, **named, **c["params"], backend=c["backend"]).shape)
     return [x.new_empty(s, dtype=d) for s, d in results(shape, q)]
 
 
@@ -112,3 +113,20 @@ def call(fn: str, x: Any, tensors: dict[str, Any], params: dict[str, Any], backe
             raise TypeError(f"{where}: {n} must be a torch.Tensor, got {type(tensors[n]).__name__}")
     given = [tensors[n].detach() for n in names] + [None, None]  # codes carry no gradient
     return tuple(quantized(x.detach(), given[0], given[1], encode(fn, names, dict(params), backend, quant, where)))
+
+
+def backward_quantized(op: str, dy: torch.Tensor, x: torch.Tensor, *, quant: Q.Quant, backend: str | None = None,
+                       **params: Any) -> tuple[torch.Tensor, ...]:
+    """dx = dy * op'(x) quantized: (codes, scales[, zero points]) of its float32 values (multiact.quantize's
+    contract), bit for bit `ma.quantize(ma.<op>_grad(dy, x) in float32, quant)`.  The building block of FP8
+    training loops that cast the activation's gradient for the next matrix multiply (Transformer Engine's
+    quantize-dact); autograd keeps float gradients, so this is a function, not an autograd rule."""
+    import multiact
+
+    where = "multiact.torch.backward_quantized()"
+    spec = multiact.ops().get(op) if isinstance(op, str) else None
+    if spec is None:
+        raise ValueError(f"{where}: op must be one of {', '.join(multiact.ops())}, got {op!r}")
+    array = spec.defn.array_param
+    tensors = {"x": x, **({array: params.pop(array)} if array and array in params else {})}
+    return call(f"{op}_grad", dy, tensors, params, backend, quant, where)
