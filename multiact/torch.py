@@ -1417,6 +1417,7 @@ for _g in GATED_SETS.values():
 torch_onnx.add(BIAS_ACT_SET.cdef.name, torch_onnx.bias_act_builder(BIAS_ACT_SET.cdef, _decode))
 del _name, _s, _g
 torch_onnx.install()
+torch_quant.FORWARDS.update(FUNCTIONS)
 backward_quantized = torch_quant.backward_quantized
 __all__ += ["backward_quantized"]
 onnx_translations = torch_onnx.onnx_translations

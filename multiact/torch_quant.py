@@ -69,12 +69,14 @@ def _impl(x: torch.Tensor, t1: torch.Tensor | None, t2: torch.Tensor | None, cal
     return [r if r.is_contiguous() else r.contiguous() for r in res]
 
 
-def _fake(x: torch.Tensor, t1: torch.Tensor | None, t2: torch.Tensor | None, call: str) -> list[torch.Tensor]:
-    import multiact.torch as mt
+# multiact.torch's float functions by name (multiact.torch fills it): a forward's fake takes its shape from theirs
+FORWARDS: dict[str, Any] = {}
 
+
+def _fake(x: torch.Tensor, t1: torch.Tensor | None, t2: torch.Tensor | None, call: str) -> list[torch.Tensor]:
     c, q = _decode(call)
     named = dict(zip(c["tensors"], (t1, t2), strict=False))
-    forward = getattr(mt, c["fn"], None)  # a forward's shape from its own fake; a backward's dx is dy's shape
+    forward = FORWARDS.get(c["fn"])  # a forward's shape from its own fake; a backward's dx is dy's shape
     shape = tuple(x.shape if forward is None else forward(x, **named, **c["params"], backend=c["backend"]).shape)
     return [x.new_empty(s, dtype=d) for s, d in results(shape, q)]
 
