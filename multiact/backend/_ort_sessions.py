@@ -34,11 +34,27 @@ _MAX_SESSIONS = 256  # learnable params (swish beta) would otherwise grow the ca
 _DISABLED_OPTIMIZERS = ["NoopElimination"]
 
 
-def session_options(threads: int) -> Any:
-    """Options for every multiact session: `threads` intra-op threads, no spinning, no inter-op pool."""
+def caller_mode() -> tuple[bool, bool]:
+    """(flush-to-zero, denormals-are-zero) of the calling thread, as two float32 operations see them (NumPy's
+    scalar arithmetic runs here, in this thread's mode: x86 MXCSR, aarch64 FPCR; FZ there does both)."""
+    with np.errstate(all="ignore"):
+        ftz = np.float32(1.1754944e-38) * np.float32(0.5) == 0  # a subnormal result, flushed
+        daz = np.float32(1.4e-45) * np.float32(2.0) == 0  # a subnormal input, read as zero
+    return bool(ftz), bool(daz)
+
+
+def session_options(threads: int, mode: tuple[bool, bool] = (False, False)) -> Any:
+    """Options for every multiact session: `threads` intra-op threads, no spinning, no inter-op pool, and
+    the intra-op threads in the caller's denormal `mode` (caller_mode): ONNX Runtime's
+    session.set_denormal_as_zero for flush-to-zero with denormals-are-zero (torch.set_flush_denormal(True));
+    a mode with only one of them, which ONNX Runtime's threads cannot take, runs on the calling thread alone."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if mode[0] != mode[1]:
+        threads = 1
+    elif mode[0]:
+        so.add_session_config_entry("session.set_denormal_as_zero", "1")
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -147,8 +163,8 @@ class Runner:
         needed to build a session on a miss and defaults to pairing the two.  A gated kernel key
         (`gated:<act key>`) as `op` names the family's graph; its `params` are then required.
         """
-        threads = get_num_threads()
-        full = (op, direction, dtype, tuple(map(value_key, key)), threads)  # -0.0 is not 0.0's session
+        threads, mode = get_num_threads(), caller_mode()
+        full = (op, direction, dtype, tuple(map(value_key, key)), threads, mode)  # -0.0 is not 0.0's session
         e = self._sessions.get(full)
         if e is not None:
             return e
@@ -163,12 +179,12 @@ class Runner:
             model = bias_act_kernel_onnx(op, direction, dtype, params, params.pop("forms"))
         else:
             model = kernel_model(op, direction, dtype, params)
-        return self._store(full, model, threads)
+        return self._store(full, model, threads, mode)
 
-    def _store(self, full: tuple, model: Any, threads: int) -> _Entry:
+    def _store(self, full: tuple, model: Any, threads: int, mode: tuple[bool, bool]) -> _Entry:
         import onnxruntime as ort
 
-        sess = ort.InferenceSession(model.SerializeToString(), session_options(threads),
+        sess = ort.InferenceSession(model.SerializeToString(), session_options(threads, mode),
                                     providers=self._providers(), disabled_optimizers=_DISABLED_OPTIMIZERS)
         e = _Entry(sess, tuple(i.name for i in model.graph.input), tuple(o.name for o in model.graph.output))
         with self._lock:

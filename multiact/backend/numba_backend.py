@@ -136,7 +136,17 @@ def info() -> dict[str, Any]:
         "threading_layer": _started_layer() or f"not started (NUMBA_THREADING_LAYER={numba.config.THREADING_LAYER})",
         "fork": _fork_behaviour(),
         "cache": f"on: {where}" if cached else f"off: {where}",
+        "fp_mode": _fp_mode_text(),
     }
+
+
+def _fp_mode_text() -> str:
+    from ._fpmode import FOLLOWS
+
+    if FOLLOWS:
+        return ("worker threads compute in the caller's flush-to-zero, denormals-are-zero and rounding mode "
+                "(the elementwise, gated and bias_act loops; a parameter gradient's sum in theirs)")
+    return "worker threads compute in their own floating-point mode (no mode register known on this architecture)"
 
 
 def supports(key: str, direction: str, dtype: str) -> bool:
@@ -622,8 +632,9 @@ _TEMPLATES = {
 }
 _PAR_BLOCK = 1 << 13  # elements per block of a parallel loop (32 KB of float32: in L1/L2, many blocks per thread)
 _BLOCKED = (
-    "def {name}({args}a, b):\n    n = {first}.shape[0]\n"
+    "def {name}({args}a, b):\n    n = {first}.shape[0]\n    mode = fp_get()\n"
     "    for k in prange((n + _PAR_BLOCK - 1) // _PAR_BLOCK):\n"
+    "        fp_adopt(mode)\n"
     "        lo = k * _PAR_BLOCK\n        hi = min(lo + _PAR_BLOCK, n)\n        {g}({slices}a, b)\n"
 )
 _PARALLEL = {
@@ -639,10 +650,10 @@ def _source_tag() -> str:
     keyed by it (numba only watches the file that defines a cached function, not the inlined helpers)."""
     import hashlib
 
-    from . import _numba_coeffs, formulas, numba_math
+    from . import _fpmode, _numba_coeffs, formulas, numba_math
 
     h = hashlib.sha1()
-    for path in (__file__, formulas.__file__, numba_math.__file__, _numba_coeffs.__file__):
+    for path in (__file__, formulas.__file__, numba_math.__file__, _numba_coeffs.__file__, _fpmode.__file__):
         with open(path, "rb") as fh:
             h.update(fh.read())
     return h.hexdigest()[:10]
@@ -708,6 +719,11 @@ def _make_loop(g: Callable, arity: int, parallel: bool, tag: str, cache: bool | 
     ns = globals() if cache else dict(globals())
     ns[gname] = g
     ns.setdefault("prange", prange)
+    if parallel:  # the caller's floating-point mode, adopted by every worker (multiact/backend/_fpmode.py)
+        from ._fpmode import fp_adopt, fp_get
+
+        ns.setdefault("fp_get", fp_get)
+        ns.setdefault("fp_adopt", fp_adopt)
     templates = _GATED_PARALLEL if arity in _GATED_TEMPLATES else _PARALLEL
     template = templates[arity] if blocked else {**_TEMPLATES, **_GATED_TEMPLATES}[arity]
     exec(compile(template.format(name=name, g=gname), __file__, "exec"), ns)
@@ -793,7 +809,9 @@ def _gated_parallel_source(nin: int, nout: int) -> str:
         f"def {{name}}({args}rows, n, a, b, lim, sh, tr, tc):\n"
         "    nr = (rows + tr - 1) // tr\n"
         "    nc = (n + tc - 1) // tc\n"
+        "    mode = fp_get()\n"
         "    for t in prange(nr * nc):\n"
+        "        fp_adopt(mode)\n"
         "        i = t // nc\n"
         "        rr = i * tr\n"
         "        cc = (t - i * nc) * tc\n"
@@ -1024,7 +1042,9 @@ def _bias_parallel_source(fn: str) -> str:
         f"def {{name}}({args}olo, ohi, clo, chi, n, hb, hs, hdb, hds, want, sums, a, b, gain, clamp, to, tc):\n"
         "    no = (ohi - olo + to - 1) // to\n"
         "    nc = (chi - clo + tc - 1) // tc\n"
+        "    mode = fp_get()\n"
         "    for t in prange(no * nc):\n"
+        "        fp_adopt(mode)\n"
         "        i = t // nc\n"
         "        oo = olo + i * to\n"
         "        cc = clo + (t - i * nc) * tc\n"

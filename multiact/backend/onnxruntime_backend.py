@@ -82,6 +82,9 @@ def info() -> dict:
         "devices": [p.replace("ExecutionProvider", "") for p in providers()],
         "threads": get_num_threads(),
         "sessions": _runner.session_count(),
+        "fp_mode": "intra-op threads compute in the caller's flush-to-zero and denormals-are-zero mode when it "
+                   "has both or neither (a mode with one of them runs on the calling thread alone); the rounding "
+                   "mode is ONNX Runtime's",
     }
 
 
