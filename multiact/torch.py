@@ -1419,7 +1419,6 @@ del _name, _s, _g
 torch_onnx.install()
 torch_quant.FORWARDS.update(FUNCTIONS)
 backward_quantized = torch_quant.backward_quantized
-__all__ += ["backward_quantized"]
 onnx_translations = torch_onnx.onnx_translations
 export_onnx = torch_onnx.export_onnx
 
