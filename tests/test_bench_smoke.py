@@ -193,3 +193,30 @@ def test_bench_gated_ops(capsys, tmp_path):
     assert rc == 2 and "along dim=-1" in capsys.readouterr().err
     rc = main(["bench", "--op", "glu:act=prelu", "--no-progress"])
     assert rc == 2 and "parameter 'act' must be" in capsys.readouterr().err
+
+
+def test_bench_quant(capsys, tmp_path):
+    """multiact bench --quant: the quantized call, the plain one and torch's unfused composition, per backend;
+    the torch composition's codes are the contract's on finite values (it is the same computation)."""
+    pytest.importorskip("torch")
+    path = tmp_path / "q.json"
+    rc = main(["bench", "--quant", "float8_e4m3fn:group:32,int8:token", "--op", "silu,swiglu", "--size", "8K",
+               "--backend", "numpy", "--samples", "3", "--no-progress", "--json", str(path)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "quant / plain" in out and "torch / quant" in out
+    rows = json.loads(path.read_text())["runs"][0]["rows"]
+    assert {(r["op"], r["quant"]) for r in rows} == {(o, q) for o in ("silu", "swiglu")
+                                                      for q in ("float8_e4m3fn:group:32", "int8:token")}
+    assert all(r["torch_s"] for r in rows)
+    import torch
+
+    from multiact.cli import quant_bench
+
+    x = np.linspace(-6, 6, 4096, dtype=np.float32).reshape(4, 1024)
+    q = quant_bench.parse_quant("float8_e4m3fn:group:32")
+    codes, scale = quant_bench._torch_quant(torch, torch.from_numpy(ma.silu(x)), q)
+    wc, ws = ma.quantize(ma.silu(x), q)
+    np.testing.assert_array_equal(codes.reshape(4, 1024).view(torch.uint8).numpy(), wc.view(np.uint8))
+    np.testing.assert_array_equal(scale.reshape(4, 32).numpy(), ws)
+    with pytest.raises(ValueError, match="a group needs its size"):
+        quant_bench.parse_quant("int8:group")

@@ -128,6 +128,11 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--peers", action="append", type=_csv, metavar="P[,P]",
                        help="torch, onnxruntime, numpy, or none (default: all three)")
     bench.add_argument("--out", action="store_true", help="also time calls into a preallocated out=")
+    bench.add_argument("--quant", action="append", type=_csv, metavar="Q[,Q]",
+                       help="quantized outputs instead: DTYPE:GRANULARITY[:GROUP_SIZE|:RULE] (float8_e4m3fn:token, "
+                       "float8_e4m3fn:group:128, int8:tensor, float8_e5m2:mx), ma.<op>(x, quant=Q) against the same "
+                       "op with x's dtype out and the unfused torch composition (default --dtype bfloat16, "
+                       "--size 16M, --threads 1)")
     bench.add_argument("--samples", type=int, default=7, help="timed samples per implementation (default 7)")
     bench.add_argument("--resample", type=int, default=2, metavar="N",
                        help="time a configuration again, up to N times, while a row's IQR exceeds --max-spread "
@@ -204,6 +209,31 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         _write_json(args.json, {**selfcheck.as_json(report), **data})
     return code or (0 if report["passed"] else 1)
+
+
+def _bench_quant(args: argparse.Namespace, ops: list) -> int:
+    """`multiact bench --quant`: see multiact/cli/quant_bench.py."""
+    from . import bench, quant_bench, sysinfo
+
+    quants = [quant_bench.parse_quant(q) for q in _many(args.quant)]
+    sizes = [bench.parse_size(s) for s in _many(args.size) or []] or [1 << 24]
+    threads = [int(t) for t in _many(args.threads) or []] or [1]
+    backends, skipped = bench.host_backends(_many(args.backend))
+    bar = None if args.no_progress else (lambda it, n: progress(it, n, "multiact bench --quant"))
+    before = sysinfo.cpu()
+    results = [quant_bench.run(ops, quants, _many(_dtype_names(args.dtype)) or ["bfloat16"], sizes, t, backends,
+                               samples=args.samples, progress=bar) for t in threads]
+    machine = sysinfo.cpu()
+    print(bench.header(machine))
+    for name, why in skipped.items():
+        print(f"{name}: skipped ({why})")
+    for res in results:
+        print(quant_bench.render(res))
+    print(f"load average before {before.get('load_average')}, after {machine.get('load_average')}")
+    if args.json:
+        _write_json(args.json, {"cpu": machine, "argv": sys.argv[1:], "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                                "runs": results})
+    return 0
 
 
 def render_bf16(report: dict[str, Any], full: bool = False) -> str:
@@ -361,6 +391,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return 0
     torch_mode = args.framework == "torch"
     ops = [op for o in (_many(args.op) or bench.DEFAULT_OPS) for op in bench.parse_ops(o)]
+    if args.quant:
+        return _bench_quant(args, ops)
     sizes = [bench.parse_size(s) for s in _many(args.size) or []] or list(bench.DEFAULT_SIZES)
     threads = [int(t) for t in _many(args.threads) or []] or None
     if threads and min(threads) < 1:
