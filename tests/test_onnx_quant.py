@@ -273,3 +273,112 @@ def test_accuracy_modes_pass_through():
     check(to_onnx("sigmoid", accuracy="runtime", shape=2), to_onnx("sigmoid", accuracy="runtime", shape=2, quant=q),
           {"x": X}, q)
 
+
+# ---- the onnxruntime backend: quant= through one session (Runner.quantized) --------------------------------
+
+BACKEND_QUANTS = ["e4m3-tensor", "e5m2-static", "int8-token", "e5m2-group64", "int8-group128-ub", "e4m3-mx",
+                  "e5m2-mx-floor"]
+
+
+def _same(got: tuple, want: tuple) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        g, w = np.ascontiguousarray(g), np.ascontiguousarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert (np.atleast_1d(g).view(np.uint8) == np.atleast_1d(w).view(np.uint8)).all()
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    """Records whether each quant= call of the onnxruntime backend ran its one session (True) or fell back."""
+    from multiact.backend import onnxruntime_backend as ob
+
+    seen: list[bool] = []
+    real = ob._runner.quantized
+
+    def spy(*args):
+        r = real(*args)
+        seen.append(r is not None)
+        return r
+
+    monkeypatch.setattr(ob._runner, "quantized", spy)
+    return seen
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("qid", BACKEND_QUANTS)
+@pytest.mark.parametrize("op", list(OPS))
+def test_backend_bit_identical(op, qid, dtype, fused):
+    """ma.<op>(x, quant=Q, backend="onnxruntime") is ma.quantize of the backend's float32 result, bit for bit
+    (the e5m2 NaN code set to the contract's on the host), on every bfloat16 input."""
+    q = QUANTS[qid]
+    x = X.astype(dtype)
+    p = dict(PARAMS.get(op, {}))
+    if op == "prelu":
+        p["weight"] = np.linspace(-1.5, 1.5, 512)
+        p["axis"] = 0
+    with np.errstate(over="ignore"):
+        want = ma.quantize(ma.forward(op, x.astype(np.float32), backend="onnxruntime", **p), q)
+    _same(ma.forward(op, x, backend="onnxruntime", quant=q, **p), want)
+    assert fused == [op != "prelu"]  # prelu's weight: the two passes
+
+
+@pytest.mark.parametrize("qid", BACKEND_QUANTS)
+def test_backend_gated_and_bias_act(qid, fused):
+    q = QUANTS[qid]
+    for dtype in ("float32", "float16"):
+        x = X.reshape(256, 256).astype(dtype)
+        x32 = x.astype(np.float32)
+        _same(ma.swiglu(x, quant=q, backend="onnxruntime"), ma.quantize(ma.swiglu(x32, backend="onnxruntime"), q))
+        _same(ma.geglu(x[:, ::2], up=x[:, 1::2], quant=q, backend="onnxruntime"),
+              ma.quantize(ma.geglu(x32[:, ::2], up=x32[:, 1::2], backend="onnxruntime"), q))
+        _same(ma.glu(x, dim=-1, quant=q, backend="onnxruntime"),
+              ma.quantize(ma.glu(x32, dim=-1, backend="onnxruntime"), q))
+        xb = X.astype(dtype)
+        b = np.linspace(-2, 2, 512).astype(dtype)
+        s = np.linspace(0.5, 1.5, 128).astype(dtype)
+        full = np.linspace(-1, 1, xb.size).reshape(xb.shape).astype(dtype)
+        for kw, kw32 in (({"b": b, "dim": 0}, {"b": b.astype(np.float32), "dim": 0}),
+                         ({"b": full, "scale": s, "dim": 1, "clamp": 2.0},
+                          {"b": full.astype(np.float32), "scale": s.astype(np.float32), "dim": 1, "clamp": 2.0})):
+            _same(ma.bias_act(xb, act="gelu", quant=q, backend="onnxruntime", **kw),
+                  ma.quantize(ma.bias_act(xb.astype(np.float32), act="gelu", backend="onnxruntime", **kw32), q))
+    assert fused and all(fused)
+
+
+def test_backend_layouts_and_fallbacks(fused):
+    """Strided and 3-D inputs run the one session; int8 with a zero point, bfloat16 (no bfloat16 graphs), a zero-size
+    result and a last axis that the groups do not divide fall back to the two passes (which raise for the last)."""
+    q = QUANTS["e4m3-group32-floor"]
+    x = X.reshape(8, 64, 128)
+    _same(ma.silu(x[:, ::2], quant=q, backend="onnxruntime"),
+          ma.quantize(ma.silu(x[:, ::2], backend="onnxruntime"), q))
+    assert fused == [True]
+    fused.clear()
+    azp = ma.Quant("int8", "token", symmetric=False)
+    _same(ma.silu(X, quant=azp, backend="onnxruntime"), ma.quantize(ma.silu(X, backend="onnxruntime"), azp))
+    _same(ma.silu(np.zeros((0, 128), np.float32), quant=q, backend="onnxruntime"),
+          ma.quantize(np.zeros((0, 128), np.float32), q))
+    assert fused == [False, False]
+    fused.clear()
+    _same(ma.silu(BF16.reshape(512, 128), quant=q, backend="onnxruntime"),
+          ma.quantize(ma.silu(X, backend="onnxruntime"), q))
+    assert fused == []  # no bfloat16 kernel on this backend: the call core widens to float32 first
+    with pytest.raises(ValueError, match="multiple of the group size"):
+        ma.silu(np.ones((4, 48), np.float32), quant=q, backend="onnxruntime")
+    assert fused == [False]
+
+
+def test_backend_threads_and_specials(fused):
+    """Two threads and the special groups: the same bits."""
+    x = _special_rows()
+    before = ma.get_num_threads()
+    ma.set_num_threads(2)
+    try:
+        for qid in ("int8-token", "int8-static", "e5m2-mx-floor", "e4m3-group32-floor"):
+            q = QUANTS[qid]
+            _same(ma.leaky_relu(x, 1.0, quant=q, backend="onnxruntime"),
+                  ma.quantize(ma.leaky_relu(x, 1.0, backend="onnxruntime"), q))
+    finally:
+        ma.set_num_threads(before)
+    assert fused and all(fused)
