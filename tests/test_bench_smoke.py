@@ -193,3 +193,17 @@ def test_bench_gated_ops(capsys, tmp_path):
     assert rc == 2 and "along dim=-1" in capsys.readouterr().err
     rc = main(["bench", "--op", "glu:act=prelu", "--no-progress"])
     assert rc == 2 and "parameter 'act' must be" in capsys.readouterr().err
+
+
+def test_bench_onnx_quant(capsys, tmp_path):
+    """benchmarks/onnx_quant.py: the speed table's every column at a small size, and its contract count."""
+    pytest.importorskip("onnxruntime")
+    mod = _load("onnx_quant")
+    out = tmp_path / "q.txt"
+    mod.main(["--n", "8192", "--cols", "256", "--reps", "1", "--ops", "relu,swiglu", "--out", str(out)])
+    rows = [ln.split() for ln in out.read_text().splitlines() if not ln.startswith(("#", "op "))]
+    assert len(rows) == 2 * len(mod.QUANTS)
+    assert "CPU: " in out.read_text() and "family" in out.read_text()
+    model = mod.composition("gelu", ma.Quant("int8", "group", group_size=128))
+    assert [n.op_type for n in model.graph.node][:2] == ["Gelu", "Abs"]
+    capsys.readouterr()
