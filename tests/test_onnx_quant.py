@@ -382,3 +382,24 @@ def test_backend_threads_and_specials(fused):
     finally:
         ma.set_num_threads(before)
     assert fused and all(fused)
+
+
+def test_ascend_onnx_path_runs_the_same_graph(monkeypatch):
+    """The ascend backend's quant= for host arrays is the shared Runner's (its CANN provider list swapped for the
+    CPU provider here, as tests/test_ascend_backend.py runs its graphs): the same bits."""
+    from multiact.backend import ascend_backend as A
+    from multiact.backend import onnxruntime_backend as ob
+
+    q = QUANTS["e5m2-group64"]
+    monkeypatch.setattr(A, "provider_list", lambda: ["CPUExecutionProvider"])
+    A._runner.clear()
+    calls: list = []
+    real = A._runner.quantized
+    monkeypatch.setattr(A._runner, "quantized", lambda *a: calls.append(a[2:]) or real(*a))
+    monkeypatch.setattr(ob, "_runner", A._runner)  # the onnxruntime backend's hook on the ascend Runner
+    _same(ma.gelu(X, quant=q, backend="onnxruntime"), ma.quantize(ma.gelu(X, backend="onnxruntime"), q))
+    assert calls == [("float32", q)] and A._runner.session_count() == 2  # the quantized one and the float one
+    assert A.quantized.__module__ == A.__name__
+    calls.clear()
+    assert A.quantized(None, None, None, "bfloat16", q) is None and calls == [("bfloat16", q)]
+    A._runner.clear()
