@@ -294,12 +294,7 @@ class Runner:
         entry = self.entry
         array = OPS[op].defn.array_param
 
-        def as3d(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
-            """x as (outer, channels, inner) around the channel axis: the exported graph's layout."""
-            if not shape:
-                return 1, 1, 1
-            outer = int(np.prod(shape[:axis], dtype=np.int64))
-            return outer, shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
+        as3d = _as3d
 
         if direction == "param_grad":
 
@@ -352,8 +347,8 @@ class Runner:
 
     def quantized(self, plan: Any, job: Any, dtype: str, q: Any) -> tuple[np.ndarray, np.ndarray] | None:
         """(codes, scales) of a forward's float32 result in one session, or None where none is built (int8 with a
-        zero point, prelu's weight, an input dtype without graphs, a zero-size result, a last axis that does not
-        split into q's groups: the call core's two passes then run, or raise)."""
+        zero point, prelu on float16 (its weight comes cast to float16), an input dtype without graphs, a zero-size
+        result, a last axis that does not split into q's groups: the call core's two passes then run, or raise)."""
         from . import onnx_quant
 
         if dtype not in DTYPES or plan.direction != "forward" or not onnx_quant.supported(q):
@@ -364,7 +359,8 @@ class Runner:
             return None
         key = plan.key
         gated, bias = is_gated(key), key in BIAS_ACT_KEYS
-        if not gated and not bias and OPS[KEYS[key].name].defn.array_param:
+        array = None if gated or bias else OPS[KEYS[key].name].defn.array_param
+        if array and dtype != "float32":  # the weight, cast to x's dtype, is not the contract's float32 weight
             return None
         got: list = []
         job.run(lambda *a: got.append(a), [None if r is None else np.empty(r.shape, np.float32)
@@ -384,6 +380,11 @@ class Runner:
             ins = [np.ascontiguousarray(x3)] + [np.ascontiguousarray(a).reshape(-1, 1) if a.ndim == 1
                                                 else np.ascontiguousarray(a) for a in (b, sc) if a is not None]
             extra = (*forms, False, False)
+        elif array:  # prelu: x as (outer, C, inner) around its axis, the weight along C (the kernel's layout)
+            names = ()
+            ins = [np.ascontiguousarray(args[0]).reshape(_as3d(args[0].shape, p["axis"])),
+                   np.ascontiguousarray(p[array]).reshape(-1)]
+            extra = ()
         else:
             names = tuple(x.name for x in OPS[KEYS[key].name].scalar_params)
             ins = [np.ascontiguousarray(args[0]).reshape(-1)]
@@ -435,6 +436,14 @@ class Runner:
         else:
             base = kernel_model(KEYS[key].name, "forward", "float32", params)
         return self._store(full, quantized_model(base, q, dtype, fixed_rows=True), threads)
+
+
+def _as3d(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    """x as (outer, channels, inner) around the channel axis: the exported graph's layout."""
+    if not shape:
+        return 1, 1, 1
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    return outer, shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
 
 
 def _ml(name: str) -> np.dtype:
