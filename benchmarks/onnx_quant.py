@@ -9,8 +9,9 @@ Per op and Quant (x of shape (n / cols, cols); swiglu's x is that, its result ha
             (NaN found by ReduceSum(|y|), 2^-149 floor, all-zero groups, int8's fixes);
 - runtime:  ma.to_onnx(op, quant=Q, accuracy="runtime"): ORT's own activation operator, the same quantization
             (what the contract's quantization costs over the plain composition below);
-- ort:      ORT's own composition: the activation operator (Relu, Gelu, x * Sigmoid(x); swiglu: Split, then
-            x * Sigmoid(x) * up), then Abs, ReduceMax, Div by qmax and QuantizeLinear (per axis for tokens,
+- ort:      ORT's own composition: the activation's ORT operators (ma.to_onnx(act, accuracy="runtime"): Relu,
+            Gelu, x * Sigmoid(x); a gated op: Split, that on the gate, times up), then Abs, ReduceMax, Div by qmax
+            and QuantizeLinear (per axis for tokens,
             blocked for groups), with no special cases (a NaN after a group's first element is missed, an all-zero
             group divides by 0, no MX);
 - native:   ma.<op>(x, quant=Q) on the native backend (the call core's path: its results allocated per call).
@@ -37,7 +38,6 @@ QUANTS = {
     "int8 token": ("int8", "token", None),
     "e4m3 mx": ("float8_e4m3fn", "mx", None),
 }
-RUNTIME_OP = {"relu": "Relu", "gelu": "Gelu"}  # ORT's operator; silu and swiglu: x * Sigmoid(x)
 
 
 def _session(model, threads: int):
@@ -67,11 +67,44 @@ def _bound(sess, x: np.ndarray, q, y_shape: tuple) -> callable:
     return lambda: sess.run_with_iobinding(b)
 
 
+def _act_of(op: str) -> tuple[str, bool]:
+    """(the activation an op computes, whether the op is gated: its activation on the first half of x times the
+    second), from the op's definition."""
+    from multiact import gated
+    from multiact._opdefs import COMPOSITE_DEFINITIONS
+    from multiact.optable import FAMILY_KEYS, KEYS
+
+    if op not in COMPOSITE_DEFINITIONS:
+        return op, False
+    cdef = COMPOSITE_DEFINITIONS[op]
+    call = gated.resolve(cdef, {}, {}, f"{op}()")
+    if call.layout != "halves" or not call.gate_first:
+        raise ValueError(f"onnx_quant.py times gated ops that gate the first half, not {op}")
+    return KEYS[FAMILY_KEYS[call.key][2]].name, True
+
+
 def composition(op: str, q, opset: int = 21):
-    """ORT's own composition (see the module's docstring): input x (rows, cols), outputs codes and scales."""
+    """ORT's own composition (see the module's docstring): input x (rows, cols), outputs codes and scales.  The
+    activation is ma.to_onnx(act, accuracy="runtime")'s graph (ORT's own operators: Relu, Gelu, x * Sigmoid(x));
+    a gated op runs it on the first half of x (Split) and multiplies by the second."""
     from onnx import TensorProto, helper, numpy_helper
 
-    nodes, inits = [], []
+    import multiact as ma
+
+    act, gated = _act_of(op)
+    act_model = ma.to_onnx(act, accuracy="runtime", shape=2, opset=opset)
+    src = "gate" if gated else "x"
+    rename = {"x": src, "y": "act" if gated else "y"}
+    nodes, inits = [], [numpy_helper.from_array(numpy_helper.to_array(i), f"a_{i.name}")
+                        for i in act_model.graph.initializer]
+    made = {o for n in act_model.graph.node for o in n.output} | {i.name for i in act_model.graph.initializer}
+    if gated:
+        nodes.append(helper.make_node("Split", ["x"], ["gate", "up"], axis=-1, num_outputs=2))
+    for n in act_model.graph.node:
+        n2 = helper.make_node(n.op_type, [rename.get(v, f"a_{v}" if v in made else v) for v in n.input],
+                              [rename.get(v, f"a_{v}") for v in n.output])
+        n2.attribute.extend(n.attribute)
+        nodes.append(n2)
 
     def c(name: str, v: np.ndarray) -> str:
         inits.append(numpy_helper.from_array(v, name))
@@ -81,14 +114,7 @@ def composition(op: str, q, opset: int = 21):
         nodes.append(helper.make_node(op_type, ins, [out], **kw))
         return out
 
-    if op == "swiglu":
-        gate, up = "gate", "up"
-        nodes.append(helper.make_node("Split", ["x"], [gate, up], axis=-1, num_outputs=2))
-        y = node("Mul", [node("Mul", [gate, node("Sigmoid", [gate], "sg")], "act"), up], "y")
-    elif op == "silu":
-        y = node("Mul", ["x", node("Sigmoid", ["x"], "sg")], "y")
-    else:
-        y = node(RUNTIME_OP[op], ["x"], "y")
+    y = node("Mul", ["act", "up"], "y") if gated else "y"
     a = node("Abs", [y], "a")
     qmax = c("qmax", np.array(q.qmax, np.float32))
     kind = {"float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "int8": TensorProto.INT8}[q.dtype]
@@ -149,23 +175,25 @@ def contract(out: str) -> None:
     from onnx import TensorProto
 
     import multiact as ma
+    from multiact import consistency
+    from multiact.optable import OPS
 
     x = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(ml_dtypes.bfloat16).astype(np.float32)
     x = x.reshape(512, 128)
-    params = {"threshold": {"threshold": 0.5, "value": -2.0}}
     kinds = {"float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "float8_e5m2": TensorProto.FLOAT8E5M2}
     lines = [f"# {datetime.date.today().isoformat()} python benchmarks/onnx_quant.py --contract",
              f"# CPU: {cpu()}; onnxruntime {ort.__version__}",
              "# ma.to_onnx(op, quant=Q) against ma.quantize(the float32 model's result, Q), every bfloat16 input as "
-             "(512, 128); codes and scales that differ (of them NaN in both); prelu's weight per column",
+             "(512, 128), each op at its first parameter case (multiact.consistency.param_cases); codes and scales "
+             "that differ (of them NaN in both); prelu's weight per column",
              f"{'op':12s} {'quant':18s} {'codes':>6s} {'NaN':>6s} {'scales':>6s}"]
     total = 0
-    for op in ma.ops():
-        op = getattr(op, "name", op)
-        p = params.get(op, {})
+    for op, spec in OPS.items():
+        array = spec.defn.array_param  # prelu's weight: an input of the model, one per column
+        p = {k: v for k, v in consistency.param_cases(spec)[0].items() if k != array}
         feeds = {"x": x}
-        if op == "prelu":
-            feeds["weight"] = np.linspace(-1.5, 1.5, 128).astype(np.float32)
+        if array:
+            feeds[array] = np.linspace(-1.5, 1.5, 128).astype(np.float32)
             p = {"axis": 1}
         base = _session(ma.to_onnx(op, shape=2, **p), 1)
         y = base.run(None, feeds)[0]
@@ -226,7 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     for ln in lines:
         print(ln, flush=True)
     for op in [o for o in a.ops.split(",") if o]:
-        gated = op == "swiglu"
+        gated = _act_of(op)[1]
         y_shape = (x.shape[0], x.shape[1] // 2) if gated else x.shape
         for label, (dt, gran, gs) in QUANTS.items():
             q = ma.Quant(dt, gran, group_size=gs)
