@@ -163,6 +163,7 @@ CONTRACT_QUANTS = {
     "int8 group128": ("int8", "group", 128, None),
     "e5m2 mx floor": ("float8_e5m2", "mx", None, None),
     "e4m3 mx ceil": ("float8_e4m3fn", "mx", None, None),
+    "int8 azp group32": ("int8", "group", 32, None),  # symmetric=False: zero points compared with the scales
 }
 
 
@@ -185,7 +186,7 @@ def contract(out: str) -> None:
              f"# CPU: {cpu()}; onnxruntime {ort.__version__}",
              "# ma.to_onnx(op, quant=Q) against ma.quantize(the float32 model's result, Q), every bfloat16 input as "
              "(512, 128), each op at its first parameter case (multiact.consistency.param_cases); codes and scales "
-             "that differ (of them NaN in both); prelu's weight per column",
+             "(and zero points) that differ (of them NaN in both); prelu's weight per column",
              f"{'op':12s} {'quant':18s} {'codes':>6s} {'NaN':>6s} {'scales':>6s}"]
     total = 0
     for op, spec in OPS.items():
@@ -198,8 +199,8 @@ def contract(out: str) -> None:
         base = _session(ma.to_onnx(op, shape=2, **p), 1)
         y = base.run(None, feeds)[0]
         for label, (dt, gran, gs, scale) in CONTRACT_QUANTS.items():
-            q = ma.Quant(dt, gran, group_size=gs, scale=scale)
-            want_c, want_s = ma.quantize(y, q)
+            q = ma.Quant(dt, gran, group_size=gs, scale=scale, symmetric="azp" not in label)
+            want_c, want_s, *want_zp = ma.quantize(y, q)
             sess = _session(ma.to_onnx(op, shape=2, quant=q, **p), 1)
             codes = np.empty(want_c.shape, np.int8 if dt == "int8" else np.uint8)
             scales = np.empty(np.shape(want_s), np.uint8 if gran == "mx" else np.float32)
@@ -209,6 +210,9 @@ def contract(out: str) -> None:
             b.bind_ortvalue_output("codes", ort.OrtValue.ortvalue_from_numpy_with_onnx_type(codes, kinds[dt])
                                    if dt in kinds else ort.OrtValue.ortvalue_from_numpy(codes))
             b.bind_ortvalue_output("scales", ort.OrtValue.ortvalue_from_numpy(scales))
+            zps = [np.empty(np.shape(w), np.int32) for w in want_zp]
+            for z in zps:
+                b.bind_ortvalue_output("zero_points", ort.OrtValue.ortvalue_from_numpy(z))
             sess.run_with_iobinding(b)
             diff = codes.view(np.uint8) != want_c.view(np.uint8)
             nan = 0
@@ -216,6 +220,7 @@ def contract(out: str) -> None:
                 g = codes.view(getattr(ml_dtypes, dt)).astype(np.float32)
                 nan = int((diff & np.isnan(g) & np.isnan(want_c.astype(np.float32))).sum())
             sd = int((np.atleast_1d(scales).view(np.uint8) != np.atleast_1d(want_s).view(np.uint8)).sum())
+            sd += sum(int((z != w).sum()) for z, w in zip(zps, want_zp, strict=True))
             total += int(diff.sum()) - nan + sd
             lines.append(f"{op:12s} {label:18s} {int(diff.sum()):6d} {nan:6d} {sd:6d}")
     lines.append(f"# differing codes that are not NaN in both, and differing scales, in all: {total}")

@@ -238,8 +238,8 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
       that shape, exponent + 127, 255 for NaN).  The values quantized are the float32 graph's result on the inputs
       widened to float32 (a float16 or bfloat16 model casts its inputs first), as multiact's quant= contract says;
       its codes and scales are the contract's bit for bit but for ONNX Runtime's NaN float8e5m2 code (0x7F, where
-      ml_dtypes writes 0x7E); multiact.backend.onnx_quant says how.  Not built: int8 with a zero point
-      (symmetric=False).  The gated ops and bias_act take it too.
+      ml_dtypes writes 0x7E); multiact.backend.onnx_quant says how.  int8 with a zero point (symmetric=False)
+      adds a third output, `zero_points` (int32, the scales' shape).  The gated ops and bias_act take it too.
     param_inputs: float parameters taken as model inputs (0-d, dtype) instead of values, for the forward
       (a learned swish beta: `param_inputs=("beta",)`); the graph is then the composite.
     `grad="beta"` (swish) and `grad="weight"` (prelu) export the parameter gradient: inputs `dy`, `x`;

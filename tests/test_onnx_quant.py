@@ -36,6 +36,9 @@ QUANTS = {
     "e4m3-group32-floor": ma.Quant("float8_e4m3fn", "group", group_size=32, amax_floor=1e-3),
     "e4m3-mx": ma.Quant("float8_e4m3fn", "mx"),
     "e5m2-mx-floor": ma.Quant("float8_e5m2", "mx", rule="floor"),
+    "int8-azp-token": ma.Quant("int8", "token", symmetric=False),
+    "int8-azp-group32": ma.Quant("int8", "group", group_size=32, symmetric=False),
+    "int8-azp-tensor": ma.Quant("int8", symmetric=False),
 }
 PARAMS = {"prelu": {"axis": 1}, "threshold": {"threshold": 0.5, "value": -2.0}}
 _ONNX_TYPES = {"float8_e4m3fn": onnx.TensorProto.FLOAT8E4M3FN, "float8_e5m2": onnx.TensorProto.FLOAT8E5M2,
@@ -49,7 +52,8 @@ def session(model):
 
 
 def run(sess, feeds: dict, q: ma.Quant, code_shape: tuple, scale_shape: tuple):
-    """(codes, scale) bound into NumPy arrays (ORT's Python has no NumPy type for float8_e5m2 or bfloat16)."""
+    """(codes, scales[, zero points]) bound into NumPy arrays (ORT's Python has no NumPy type for float8_e5m2 or
+    bfloat16)."""
     b = sess.io_binding()
     for name, a in feeds.items():
         a = np.ascontiguousarray(a)
@@ -60,14 +64,15 @@ def run(sess, feeds: dict, q: ma.Quant, code_shape: tuple, scale_shape: tuple):
         b.bind_ortvalue_input(name, v)
     codes = np.empty(code_shape, np.int8 if q.dtype == "int8" else np.uint8)
     scale = np.empty(scale_shape, np.uint8 if q.granularity == "mx" else np.float32)
-    for name, a, t in (("codes", codes, q.dtype), ("scales", scale, None)):
+    zps = [] if q.symmetric else [("zero_points", np.empty(scale_shape, np.int32), None)]
+    for name, a, t in (("codes", codes, q.dtype), ("scales", scale, None), *zps):
         v = (ort.OrtValue.ortvalue_from_numpy_with_onnx_type(a, _ONNX_TYPES[t]) if t in _ONNX_TYPES
              else ort.OrtValue.ortvalue_from_numpy(a))
         b.bind_ortvalue_output(name, v)
     sess.run_with_iobinding(b)
     if q.dtype != "int8":
         codes = codes.view(getattr(ml_dtypes, q.dtype))
-    return codes, (scale.view(ml_dtypes.float8_e8m0fnu) if q.granularity == "mx" else scale)
+    return codes, (scale.view(ml_dtypes.float8_e8m0fnu) if q.granularity == "mx" else scale), *[a for _, a, _ in zps]
 
 
 def differing(got: np.ndarray, want: np.ndarray, q: ma.Quant) -> int:
@@ -94,9 +99,11 @@ def check(base, quantized, feeds: dict, q: ma.Quant) -> int:
     """The quantized model against multiact.quantize of the float32 model's result: the scales bit for bit, the
     codes but for float8_e5m2's NaN encoding (counted)."""
     y = session(base).run(None, {k: np.asarray(v).astype(np.float32) for k, v in feeds.items()})[0]
-    want_c, want_s = ma.quantize(y, q)
-    got_c, got_s = run(session(quantized), feeds, q, want_c.shape, np.shape(want_s))
+    want_c, want_s, *want_zp = ma.quantize(y, q)
+    got_c, got_s, *got_zp = run(session(quantized), feeds, q, want_c.shape, np.shape(want_s))
     same_scales(got_s, want_s)
+    for g, w in zip(got_zp, want_zp, strict=True):  # the zero points (int32) of symmetric=False
+        assert g.shape == np.shape(w) and g.dtype == np.asarray(w).dtype and (g == w).all()
     return differing(got_c, want_c, q)
 
 
@@ -256,13 +263,13 @@ def test_refusals():
         to_onnx("gelu", quant=q, opset=20)
     with pytest.raises(ValueError, match=r"bias_act_model\(\): quant= needs opset >= 21"):
         bias_act_model(dtype="float32", ndim=2, forms=("c", None), act="relu", quant=q, opset=19)
-    with pytest.raises(ValueError, match="symmetric=False"):
-        to_onnx("gelu", quant=ma.Quant("int8", "token", symmetric=False))
     with pytest.raises(ValueError, match="grad="):
         to_onnx("gelu", quant=q, grad=True)
     with pytest.raises(TypeError, match="quant must be a multiact.Quant"):
         to_onnx("gelu", quant="float8_e4m3fn")
-    assert not OQ.supported(ma.Quant("int8", symmetric=False))
+    zp = to_onnx("gelu", quant=QUANTS["int8-azp-token"])
+    assert [o.name for o in zp.graph.output] == ["codes", "scales", "zero_points"]
+    assert zp.graph.output[2].type.tensor_type.elem_type == onnx.TensorProto.INT32
 
 
 def test_accuracy_modes_pass_through():
@@ -277,7 +284,7 @@ def test_accuracy_modes_pass_through():
 # ---- the onnxruntime backend: quant= through one session (Runner.quantized) --------------------------------
 
 BACKEND_QUANTS = ["e4m3-tensor", "e5m2-static", "int8-token", "e5m2-group64", "int8-group128-ub", "e4m3-mx",
-                  "e5m2-mx-floor"]
+                  "e5m2-mx-floor", "int8-azp-group32"]
 
 
 def _same(got: tuple, want: tuple) -> None:
@@ -358,8 +365,9 @@ def test_backend_prelu_weights(fused):
 
 
 def test_backend_layouts_and_fallbacks(fused):
-    """Strided and 3-D inputs run the one session; int8 with a zero point, bfloat16 (no bfloat16 graphs), a zero-size
-    result and a last axis that the groups do not divide fall back to the two passes (which raise for the last)."""
+    """Strided and 3-D inputs and int8 with a zero point run the one session; bfloat16 (no bfloat16 graphs), a
+    zero-size result and a last axis that the groups do not divide fall back to the two passes (which raise for the
+    last)."""
     q = QUANTS["e4m3-group32-floor"]
     x = X.reshape(8, 64, 128)
     _same(ma.silu(x[:, ::2], quant=q, backend="onnxruntime"),
@@ -370,7 +378,7 @@ def test_backend_layouts_and_fallbacks(fused):
     _same(ma.silu(X, quant=azp, backend="onnxruntime"), ma.quantize(ma.silu(X, backend="onnxruntime"), azp))
     _same(ma.silu(np.zeros((0, 128), np.float32), quant=q, backend="onnxruntime"),
           ma.quantize(np.zeros((0, 128), np.float32), q))
-    assert fused == [False, False]
+    assert fused == [True, False]
     fused.clear()
     _same(ma.silu(BF16.reshape(512, 128), quant=q, backend="onnxruntime"),
           ma.quantize(ma.silu(X, backend="onnxruntime"), q))

@@ -27,6 +27,7 @@ Q = {
     "geglu_up": ma.Quant("float8_e4m3fn", "token", pow2=True),
     "bias_act": ma.Quant("int8", scale=0.02),
     "prelu": ma.Quant("float8_e4m3fn", "group", group_size=64, scale_ub=3.0),
+    "tanh": ma.Quant("int8", "group", group_size=32, symmetric=False),
 }
 W = torch.linspace(-0.5, 2.0, 64)
 B = torch.linspace(-1.0, 1.0, 64)
@@ -44,6 +45,7 @@ class Quantizing(torch.nn.Module):
         outs += mt.geglu(x[:, :32], up=x[:, 32:], quant=Q["geglu_up"])
         outs += mt.bias_act(x, B, act="leaky_relu", dim=1, quant=Q["bias_act"])
         outs += mt.prelu(x, W, quant=Q["prelu"])
+        outs += mt.tanh(x, quant=Q["tanh"])  # int8 with a zero point: (codes, scales, zero points)
         return tuple(outs)
 
 
@@ -57,6 +59,7 @@ def _expected(x: np.ndarray) -> list[np.ndarray]:
     res += ma.geglu(x[:, :32], up=x[:, 32:], quant=Q["geglu_up"], **be)
     res += ma.bias_act(x, B.numpy(), act="leaky_relu", dim=1, quant=Q["bias_act"], **be)
     res += ma.prelu(x, W.numpy(), quant=Q["prelu"], **be)
+    res += ma.tanh(x, quant=Q["tanh"], **be)
     return res
 
 
@@ -100,10 +103,10 @@ def test_dynamo_export_runs_in_ort_bit_for_bit():
     model = prog.model_proto
     assert [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")] == [21]
     assert all(n.domain in ("", "ai.onnx") for n in model.graph.node)  # standard operators only
-    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) == 6
+    assert sum(n.op_type == "QuantizeLinear" for n in model.graph.node) == 7
     got = _run(model, x.numpy())
     want = _expected(x.numpy())
-    assert len(got) == len(want) == 12
+    assert len(got) == len(want) == 15
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         w = np.asarray(w)
         assert g.shape == w.shape and g.dtype == w.dtype, i

@@ -345,9 +345,9 @@ class Runner:
 
     # ---- quant=: the kernel's float32 graph and QuantizeLinear in one session (onnx_quant) ----------------
 
-    def quantized(self, plan: Any, job: Any, dtype: str, q: Any) -> tuple[np.ndarray, np.ndarray] | None:
-        """(codes, scales) of a forward's float32 result in one session, or None where none is built (int8 with a
-        zero point, prelu on float16 (its weight comes cast to float16), an input dtype without graphs, a zero-size
+    def quantized(self, plan: Any, job: Any, dtype: str, q: Any) -> tuple[np.ndarray, ...] | None:
+        """(codes, scales[, zero points]) of a forward's float32 result in one session, or None where none is built
+        (prelu on float16 (its weight comes cast to float16), an input dtype without graphs, a zero-size
         result, a last axis that does not split into q's groups: the call core's two passes then run, or raise)."""
         from . import onnx_quant
 
@@ -401,12 +401,13 @@ class Runner:
             scale_shape = (rows,) if q.granularity == "token" else (rows, n // q.block)
         codes = np.empty(code_shape, np.int8 if q.dtype == "int8" else np.uint8)
         scales = np.empty(scale_shape, np.uint8 if q.granularity == "mx" else np.float32)
+        outs = [codes, scales] + ([] if q.symmetric else [np.empty(scale_shape, np.int32)])  # azp: zero points
         from_numpy = _from_numpy()
         b = e.sess.io_binding()
         for name, a in zip(e.inputs, ins, strict=True):
             b.bind_ortvalue_input(name, from_numpy(a))
-        for name, a, t in zip(e.outputs, (codes, scales), (q.dtype, None), strict=True):
-            b.bind_ortvalue_output(name, _typed(a, t))
+        for name, a in zip(e.outputs, outs, strict=True):
+            b.bind_ortvalue_output(name, _typed(a, q.dtype if a is codes else None))
         e.sess.run_with_iobinding(b)
         if q.dtype == "float8_e5m2":  # ORT's NaN is 0x7F / 0xFF, the contract's (ml_dtypes') 0x7E / 0xFE
             u = codes.view(np.uint8)
@@ -415,9 +416,10 @@ class Runner:
             codes = codes.view(_ml(q.dtype))
         if q.granularity == "mx":
             scales = scales.view(_ml("float8_e8m0fnu"))
+        outs[:2] = [codes, scales]
         if q.granularity == "tensor":
-            return codes.reshape(shape), scales
-        return codes.reshape(shape), scales.reshape(shape[:-1] + (-1,))
+            return (codes.reshape(shape), *outs[1:])
+        return (codes.reshape(shape), *(a.reshape(shape[:-1] + (-1,)) for a in outs[1:]))
 
     def _quant_entry(self, key: str, dtype: str, vals: tuple, params: dict, extra: tuple, q: Any) -> _Entry:
         """The cached session of one kernel's quantized forward (inputs in dtype, the graph in float32)."""

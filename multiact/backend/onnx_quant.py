@@ -24,7 +24,10 @@ the contract's values are the float32 result on inputs widened to float32) and r
   the int8 codes, per group) and, with a static scale, reads a NaN value as 0.  With these, the codes and
   scales are the contract's bit for bit (tests/test_onnx_quant.py, every bfloat16 input per op).
 
-Not built: int8 with a zero point (symmetric=False): `check` refuses it.  `onnx` is imported lazily.
+int8 with a zero point (symmetric=False, vLLM's azp form): per group ReduceMin / ReduceMax (their NaN found as above),
+the contract's scale and zero point (Round is to nearest even, as np.rint), QuantizeLinear with the int8 zero point
+per group, and the codes of a NaN quotient set to 0; a third output, `zero_points` (int32).  `onnx` is imported
+lazily.
 """
 
 from __future__ import annotations
@@ -48,15 +51,12 @@ def check(q: Any, opset: int, fn: str) -> Q.Quant:
     if opset < QUANT_OPSET:
         raise ValueError(f"{fn}: quant= needs opset >= {QUANT_OPSET} (QuantizeLinear with float8 outputs, "
                          f"output_dtype and blocked scales), got opset={opset}")
-    if not q.symmetric:
-        raise ValueError(f"{fn}: quant= with symmetric=False (int8 with a zero point) has no ONNX graph in this "
-                         "version; quantize the float model's output with multiact.quantize")
     return q
 
 
 def supported(q: Q.Quant) -> bool:
-    """Whether the graphs build `q` (the backends fall back to the two passes otherwise)."""
-    return q.symmetric
+    """Whether the graphs build `q` (the backends fall back to the two passes otherwise): every Quant."""
+    return isinstance(q, Q.Quant)
 
 
 def _code_elem(q: Q.Quant) -> int:
@@ -167,10 +167,54 @@ def _linear(g: Graph, q: Q.Quant, v: str, s: str, static: bool, block: int | Non
     return g.op("Reshape", fixed, g.op("Shape", v))
 
 
-def build(g: Graph, q: Q.Quant, v: str, rows_n: str | None = None) -> tuple[str, str]:
-    """(codes, scales) of float32 value v (any shape) in graph g.  tensor: codes of v's shape, a 0-d scale.
-    Otherwise v as (rows, n) (Reshape to `rows_n`, an int64 [2] value, or to (-1, v's last dim) where None): codes
-    (rows, n), scales (rows,) for token and (rows, n / block) for group and mx (uint8 E8M0 bits for mx)."""
+def _azp(g: Graph, q: Q.Quant, v: str, v2: str | None) -> tuple[str, str, str]:
+    """int8 with a zero point (quant._azp): per group lo and hi (NaN where the group holds one), s = (hi - lo) / 255
+    (2^-149 where that underflows, 1 where hi == lo), zp = Round(-128 - lo / s) clipped (0 for NaN), then
+    QuantizeLinear with the int8 zero point per group (per axis 0 on v as (groups, group length)); a NaN quotient
+    (v NaN, s NaN, inf / inf) gives -128 in ORT and 0 in the contract: found by IsNaN(v / s) and set to 0.
+    (codes, scales, zero points as int32) in build's shapes."""
+    from onnx import TensorProto
+
+    if v2 is None:  # tensor: one group
+        vf, last = g.op("Reshape", v, g.ints(1, -1)), None
+    elif q.granularity == "token":
+        vf, last = v2, None
+    else:
+        vf, last = g.op("Reshape", v2, g.ints(-1, q.block)), q.block
+    one = g.ints(1)
+    lo = g.op("ReduceMin", vf, one, keepdims=0)
+    hi = g.op("ReduceMax", vf, one, keepdims=0)
+    nan = g.op("IsNaN", g.op("ReduceSum", g.op("Abs", vf), one, keepdims=0))  # ReduceMin/Max skip NaN in ORT
+    lo, hi = (g.op("Where", nan, g.c(math.nan), t) for t in (lo, hi))
+    sc = g.div(g.sub(hi, lo), 255.0)
+    sc = g.where(g.eq(sc, 0.0), float(Q.TINY), sc)
+    sc = g.op("Where", g.op("Equal", hi, lo), g.c(1.0), sc)
+    zp = g.op("Round", g.sub(-128.0, g.op("Div", lo, sc)))
+    zp = g.op("Where", g.op("IsNaN", zp), g.c(0.0), g.op("Clip", zp, g.c(-128.0), g.c(127.0)))
+    codes = g.op("QuantizeLinear", vf, sc, g.op("Cast", zp, to=TensorProto.INT8), axis=0)
+    quotient_nan = g.op("IsNaN", g.op("Div", vf, g.op("Unsqueeze", sc, one)))
+    codes = g.op("Where", quotient_nan, g.c(0, "int8"), codes)
+    zp = g.op("Cast", zp, to=TensorProto.INT32)
+    if v2 is None:
+        scalar = g.ints()
+        return (g.op("Reshape", codes, g.op("Shape", v)), g.op("Reshape", sc, scalar),
+                g.op("Reshape", zp, scalar))
+    if last is None:
+        return codes, sc, zp
+    rows = g.op("Concat", g.op("Shape", v2, end=1), g.ints(-1), axis=0)
+    return g.op("Reshape", codes, g.op("Shape", v2)), g.op("Reshape", sc, rows), g.op("Reshape", zp, rows)
+
+
+def build(g: Graph, q: Q.Quant, v: str, rows_n: str | None = None) -> tuple[str, ...]:
+    """(codes, scales[, zero points]) of float32 value v (any shape) in graph g.  tensor: codes of v's shape, a 0-d
+    scale.  Otherwise v as (rows, n) (Reshape to `rows_n`, an int64 [2] value, or to (-1, v's last dim) where None):
+    codes (rows, n), scales (rows,) for token and (rows, n / block) for group and mx (uint8 E8M0 bits for mx); int8
+    with a zero point adds its int32 zero points, shaped as the scales."""
+    if not q.symmetric:
+        if q.granularity == "tensor":
+            return _azp(g, q, v, None)
+        shape2 = rows_n if rows_n is not None else g.op("Concat", g.ints(-1), g.op("Shape", v, start=-1), axis=0)
+        return _azp(g, q, v, g.op("Reshape", v, shape2))
     if q.granularity == "tensor":
         if q.scale is not None:
             s = g.c(float(np.float32(q.scale)))
@@ -227,14 +271,16 @@ def quantized_model(model: Any, q: Q.Quant, dtype: str, *, fixed_rows: bool = Fa
         raise ValueError("quantized_model(): the model must have one float32 output, y")
     g = Graph("float32")
     rows_n = "qshape" if fixed_rows and q.granularity != "tensor" else None
-    codes, scale = build(g, q, "y", rows_n)
+    codes, *per_group = build(g, q, "y", rows_n)
     if rows_n is None and q.granularity != "tensor":  # back to y's shape, scales along its last axis
         codes = g.op("Reshape", codes, g.op("Shape", "y"))
         last = g.ints(1) if q.granularity == "token" else g.ints(-1)
-        scale = g.op("Reshape", scale, g.op("Concat", g.op("Shape", "y", end=-1), last, axis=0))
-    g.nodes.append(helper.make_node("Identity", [codes], ["codes"]))
-    g.nodes.append(helper.make_node("Identity", [scale], ["scales"]))
-    _rename(g.nodes, g.inits, {"y", "codes", "scales", "qshape"}, "q_")
+        shape = g.op("Concat", g.op("Shape", "y", end=-1), last, axis=0)
+        per_group = [g.op("Reshape", t, shape) for t in per_group]
+    names = ["codes", "scales", "zero_points"][: 1 + len(per_group)]
+    for value, name in zip([codes, *per_group], names, strict=True):
+        g.nodes.append(helper.make_node("Identity", [value], [name]))
+    _rename(g.nodes, g.inits, {"y", "qshape", *names}, "q_")
     el = elem(dtype) if dtype != "bfloat16" else TensorProto.BFLOAT16
     casts, inputs, renamed = [], [], {}
     for i in src.input:
@@ -265,6 +311,8 @@ def quantized_model(model: Any, q: Q.Quant, dtype: str, *, fixed_rows: bool = Fa
     s_elem = TensorProto.UINT8 if q.granularity == "mx" else f32
     outputs = [helper.make_tensor_value_info("codes", _code_elem(q), code_shape),
                helper.make_tensor_value_info("scales", s_elem, scale_shape)]
+    if not q.symmetric:
+        outputs.append(helper.make_tensor_value_info("zero_points", TensorProto.INT32, scale_shape))
     graph = helper.make_graph(casts + body + g.nodes, src.name + "_quantized", inputs, outputs,
                               list(src.initializer) + g.inits,
                               doc_string=f"{src.doc_string}; quantized: {describe(q)}{doc}")
