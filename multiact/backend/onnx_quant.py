@@ -22,7 +22,9 @@ the contract's values are the float32 result on inputs widened to float32) and r
   so the graph raises -128 to -127 (Max on the codes: a quotient passes -127.5 with a static scale, scale_ub, or a
   subnormal scale, whose rounding is coarse), sets the codes of a group whose scale is NaN or inf to 0 (Where on
   the int8 codes, per group) and, with a static scale, reads a NaN value as 0.  With these, the codes and
-  scales are the contract's bit for bit (tests/test_onnx_quant.py, every bfloat16 input per op).
+  scales are the contract's bit for bit (tests/test_onnx_quant.py, every bfloat16 input per op) but for one
+  thing ONNX Runtime decides: a NaN float8e5m2 code is 0x7F / 0xFF where ml_dtypes writes 0x7E / 0xFE (both
+  NaN; the backends rewrite it on the host, an exported model keeps ORT's).
 
 int8 with a zero point (symmetric=False, vLLM's azp form): per group ReduceMin / ReduceMax (their NaN found as above),
 the contract's scale and zero point (Round is to nearest even, as np.rint), QuantizeLinear with the int8 zero point
