@@ -29,6 +29,7 @@ import numpy as np
 
 from ._opdefs import DEFS, F32_MAX
 from .backend import onnx_graphs as G
+from .backend import onnx_quant as OQ
 from .backend.onnx_graphs import (  # noqa: F401 (the models' dtypes, versions and accuracy modes)
     ACCURACIES,
     DTYPES,
@@ -138,6 +139,12 @@ def _dtype_name(dtype: Any, fn: str = "to_onnx()") -> str:
     return name
 
 
+def _quant_opset(quant: Any, opset: Any, fn: str) -> tuple[int, Any]:
+    """The opset of a quantized model (default 21, the least that has its QuantizeLinear) and the checked Quant."""
+    opset = G.check_opset(OQ.QUANT_OPSET if opset is None else opset, fn)
+    return opset, OQ.check(quant, opset, fn)
+
+
 def bfloat16_model(model: Any) -> Any:
     """A float32 model with bfloat16 inputs and outputs: each float32 input Cast from bfloat16, each float32
     output Cast to bfloat16 (float64 outputs, the parameter gradients, stay float64)."""
@@ -189,8 +196,8 @@ def _input_shape(shape: Any, fn: str = "to_onnx()") -> list[int | str]:
 
 
 def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_output: bool = False,
-            shape: Any = None, accuracy: str = "auto", opset: int = OPSET, param_inputs: tuple[str, ...] = (),
-            **params: Any) -> Any:
+            shape: Any = None, accuracy: str = "auto", opset: int | None = None, param_inputs: tuple[str, ...] = (),
+            quant: Any = None, **params: Any) -> Any:
     """Returns an `onnx.ModelProto` (opset 20 unless `opset=`, passed by onnx.checker; `onnx.save(model, path)`
     or `model.SerializeToString()` for a session) of op's forward, or with `grad=True` its backward.
 
@@ -222,8 +229,17 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
       Softsign, Shrink, PRelu, ...; silu/swish/fast_gelu as x * Sigmoid(k x)): the fastest graph, with the
       measured errors of `RUNTIME_ERRORS` (up to 7e7 ulp in float32 tails, NaN at some infinities).
       Backward graphs are composites in every mode (ONNX Runtime has no gradient kernels), float32.
-    opset: the model's opset, 15 (the graphs' own operators) to the installed onnx's newest; default 20.  An ORT
-      operator the opset lacks (Gelu below 20, Mish below 18) gives way to the composite, in every mode.
+    opset: the model's opset, 15 (the graphs' own operators) to the installed onnx's newest; default 20 (21 with
+      quant=).  An ORT operator the opset lacks (Gelu below 20, Mish below 18) gives way to the composite, in every
+      mode.
+    quant: a multiact.Quant: the forward's float32 graph followed by QuantizeLinear (opset 21 and up; a lower
+      opset= is refused), outputs `codes` (y's shape: float8e4m3fn, float8e5m2 or int8) and `scales` (float32:
+      0-d per tensor, y.shape[:-1] + (1,) per token, y.shape[:-1] + (groups,) per group; MX: uint8 E8M0 bits of
+      that shape, exponent + 127, 255 for NaN).  The values quantized are the float32 graph's result on the inputs
+      widened to float32 (a float16 or bfloat16 model casts its inputs first), as multiact's quant= contract says;
+      its codes and scales are the contract's bit for bit but for ONNX Runtime's NaN float8e5m2 code (0x7F, where
+      ml_dtypes writes 0x7E); multiact.backend.onnx_quant says how.  int8 with a zero point (symmetric=False)
+      adds a third output, `zero_points` (int32, the scales' shape).  The gated ops and bias_act take it too.
     param_inputs: float parameters taken as model inputs (0-d, dtype) instead of values, for the forward
       (a learned swish beta: `param_inputs=("beta",)`); the graph is then the composite.
     `grad="beta"` (swish) and `grad="weight"` (prelu) export the parameter gradient: inputs `dy`, `x`;
@@ -244,7 +260,15 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
 
     fn = "to_onnx()"
     dtype = _dtype_name(dtype, fn)
-    opset = G.check_opset(opset, fn)
+    if quant is not None:
+        if grad is not False or from_output:
+            raise ValueError(f"{fn}: quant= quantizes a forward's result; it takes no grad= or from_output= "
+                             f"(got grad={grad!r}, from_output={from_output!r})")
+        opset, q = _quant_opset(quant, opset, fn)
+        base = to_onnx(op, dtype="float32", shape=shape, accuracy=accuracy, opset=opset, param_inputs=param_inputs,
+                       **params)
+        return OQ.quantized_model(base, q, dtype, opset=opset)
+    opset = G.check_opset(OPSET if opset is None else opset, fn)
     if dtype == "bfloat16":
         return bfloat16_model(to_onnx(op, dtype="float32", grad=grad, from_output=from_output, shape=shape,
                                       accuracy=accuracy, opset=opset, param_inputs=param_inputs, **params))
@@ -434,12 +458,18 @@ def _gated_to_onnx(cdef: Any, dtype: str, grad: Any, from_output: bool, params: 
 # ---- bias_act: the activation's graph on z = x * scale + b (multiact.backend.onnx_graphs), b (and scale) along dim
 
 
-def bias_act_model(*, dtype: str, ndim: int, forms: tuple[str | None, str | None], opset: int = OPSET,
-                   **params: Any) -> Any:
+def bias_act_model(*, dtype: str, ndim: int, forms: tuple[str | None, str | None], opset: int | None = None,
+                   quant: Any = None, **params: Any) -> Any:
     """The forward model of bias_act on x of rank ndim with b and scale in `forms` (each "c": one value per
-    channel along dim, "f": x's shape, None: absent); dtype float16, float32 or bfloat16."""
-    dtype = _dtype_name(dtype, "bias_act_model()")
-    opset = G.check_opset(opset, "bias_act_model()")
+    channel along dim, "f": x's shape, None: absent); dtype float16, float32 or bfloat16.  quant= (a multiact.Quant,
+    opset 21 and up): outputs `codes` and `scales` of the float32 result instead of `y` (as to_onnx's quant=)."""
+    fn = "bias_act_model()"
+    dtype = _dtype_name(dtype, fn)
+    if quant is not None:
+        opset, q = _quant_opset(quant, opset, fn)
+        base = bias_act_model(dtype="float32", ndim=ndim, forms=forms, opset=opset, **params)
+        return OQ.quantized_model(base, q, dtype, opset=opset)
+    opset = G.check_opset(OPSET if opset is None else opset, fn)
     if dtype == "bfloat16":
         return bfloat16_model(bias_act_model(dtype="float32", ndim=ndim, forms=forms, opset=opset, **params))
     return _bias_act_to_onnx(dtype, False, False, {**params, "ndim": ndim}, opset, forms)

@@ -1415,6 +1415,7 @@ for _g in GATED_SETS.values():
     torch_onnx.add(_g.cdef.name, torch_onnx.gated_builder(_g.cdef, _decode, two_inputs=False))
     torch_onnx.add(f"{_g.cdef.name}_up", torch_onnx.gated_builder(_g.cdef, _decode, two_inputs=True))
 torch_onnx.add(BIAS_ACT_SET.cdef.name, torch_onnx.bias_act_builder(BIAS_ACT_SET.cdef, _decode))
+torch_onnx.add("quantized", torch_onnx.quantized_builder(torch_quant.decode))  # quant=: (codes, scales)
 del _name, _s, _g
 torch_onnx.install()
 torch_quant.FORWARDS.update(FUNCTIONS)

@@ -23,6 +23,11 @@ which a dynamo export does first.  `onnx_translations()` gives the same table to
 symbolic` registrations, made when torch.onnx is imported.  Translated: every op's forward (`multiact::<op>`,
 learnable `<op>_t`, the in-place `<op>_` runs as the out-of-place op under export), the gated ops (one- and
 two-input forms) and bias_act; not the backward ops (an inference graph has none).
+
+quant= (`multiact::quantized`, multiact.torch_quant) exports as `ma.to_onnx(..., quant=Q)` builds it: the float32
+graph, then QuantizeLinear, outputs (codes, scales), from opset 21 (`opset_version=21`), so with the dynamo exporter
+only (the TorchScript exporter's newest opset is 20: it raises saying so).  MX is refused: torch's scales are
+float8_e8m0fnu, which ONNX types from opset 24 only (ma.to_onnx's MX graph gives uint8 E8M0 bits).
 """
 
 from __future__ import annotations
@@ -223,6 +228,66 @@ def bias_act_builder(cdef: Any, decode: Callable[[str], dict]) -> Callable:
     return build
 
 
+def quantized_builder(decode: Callable[[str], tuple[dict, Any]]) -> Callable:
+    """build() of `multiact::quantized(x, t1, t2, call)` (multiact.torch's quant=): the model `ma.to_onnx` (or
+    bias_act_model, or the gated kernel for the two-input form) makes of the call's function with quant=, whose
+    outputs are (codes, scales).  Opset 21 and up (QuantizeLinear's float8 outputs and blocked scales)."""
+
+    def build(call: dict, dtype_of: Callable, rank_of: Callable, opset: int, accuracy: str):
+        from ._opdefs import COMPOSITE_DEFINITIONS
+        from .backend.onnx_quant import QUANT_OPSET
+
+        c, q = decode(call["call"])
+        fn, x = c["fn"], call["x"]
+        if opset < QUANT_OPSET:
+            raise RuntimeError(f"multiact.torch: {fn}(quant=...) exports to ONNX from opset {QUANT_OPSET} "
+                               f"(QuantizeLinear with float8 outputs and blocked scales), not at opset {opset}: pass "
+                               f"opset_version={QUANT_OPSET} or above")
+        if q.granularity == "mx":  # torch's scales are float8_e8m0fnu, the graph's E8M0 bits uint8 (opset 21)
+            raise RuntimeError(f"multiact.torch: {fn}(quant=Quant(granularity='mx')) does not export to ONNX: its "
+                               "scales are torch.float8_e8m0fnu, which ONNX has from opset 24 only; export the "
+                               "float model and quantize with ma.to_onnx's MX graph (uint8 E8M0 bits)")
+        tensors = {n: v for n, v in zip(c["tensors"], (call["t1"], call["t2"]), strict=False) if v is not None}
+        dtype = _dtype_name(dtype_of(x), f"multiact.{fn}")
+        params = {k: v for k, v in c["params"].items() if v is not None}
+        key = (fn, dtype, rank_of(x), accuracy, opset, _hashable(params), q,
+               tuple((n, rank_of(v)) for n, v in tensors.items()))
+        model, gate_first = _quantized_model(key, tuple(tensors))
+        if fn in COMPOSITE_DEFINITIONS and "up" in tensors:  # the gated kernel's inputs: gate, up
+            up = tensors["up"]
+            return model, {"gate": x, "up": up} if gate_first else {"gate": up, "up": x}
+        return model, {"x": x, **tensors}
+
+    return build
+
+
+@functools.lru_cache(maxsize=1024)
+def _quantized_model(key: tuple, names: tuple[str, ...]) -> tuple[Any, bool]:
+    """(the quantized model of the call `key`, whether x is the gate: the two-input gated form)."""
+    from . import gated
+    from ._opdefs import COMPOSITE_DEFINITIONS
+    from .backend.onnx_graphs import gated_kernel_onnx
+    from .backend.onnx_quant import quantized_model
+    from .onnx_export import bias_act_model, to_onnx
+
+    fn, dtype, ndim, accuracy, opset, params, q, ranks = key
+    p = _plain(params)
+    if fn == "bias_act":
+        forms = tuple(None if n not in dict(ranks) else ("f" if dict(ranks)[n] == ndim and ndim > 1 else "c")
+                      for n in ("b", "scale"))
+        return bias_act_model(dtype=dtype, ndim=ndim, forms=forms, opset=opset, quant=q, **p), True
+    if fn in COMPOSITE_DEFINITIONS:
+        if "up" not in names:
+            return to_onnx(fn, dtype=dtype, ndim=ndim, opset=opset, quant=q, **p), True
+        cdef = COMPOSITE_DEFINITIONS[fn]
+        own = {k: v for k, v in p.items() if k in cdef.param_names}
+        call = gated.resolve(cdef, own, {k: v for k, v in p.items() if k not in cdef.param_names},
+                             gated.label(cdef, "forward"))
+        base = gated_kernel_onnx(call.key, "forward", "float32", call.kp, opset)  # elementwise: any shape
+        return quantized_model(base, q, dtype, opset=opset), call.gate_first
+    return to_onnx(fn, dtype=dtype, shape=ndim, accuracy=accuracy, opset=opset, quant=q, **p), True
+
+
 # ---- replaying a model's nodes into an exporter's graph -----------------------------------------------------
 
 
@@ -244,6 +309,8 @@ def _replay(model: Any, feeds: dict[str, Any], emit: Any) -> Any:
         outs = emit.node(node.op_type, ins, attrs, len(node.output))
         for name, v in zip(node.output, outs if len(node.output) > 1 else (outs,), strict=True):
             env[name] = v
+    if len(g.output) > 1:  # a quantized model: (codes, scales)
+        return tuple(env[o.name] for o in g.output)
     return env[g.output[0].name]
 
 

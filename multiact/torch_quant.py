@@ -48,7 +48,8 @@ def _value(text: str) -> Any:
         return float(text)
 
 
-def _decode(call: str) -> tuple[dict, Q.Quant]:
+def decode(call: str) -> tuple[dict, Q.Quant]:
+    """The op's text argument back as ({"fn", "tensors", "backend", "params"}, the Quant): encode's inverse."""
     c: dict[str, Any] = {"p": {}, "q": {}}
     for item in call.split(";"):
         k, v = item.split("=", 1)
@@ -63,7 +64,7 @@ def _decode(call: str) -> tuple[dict, Q.Quant]:
 def _impl(x: torch.Tensor, t1: torch.Tensor | None, t2: torch.Tensor | None, call: str) -> list[torch.Tensor]:
     import multiact
 
-    c, q = _decode(call)
+    c, q = decode(call)
     named = dict(zip(c["tensors"], (t1, t2), strict=False))
     res = getattr(multiact, c["fn"])(x, **named, **c["params"], backend=c["backend"], quant=q)
     return [r if r.is_contiguous() else r.contiguous() for r in res]
@@ -74,7 +75,7 @@ FORWARDS: dict[str, Any] = {}
 
 
 def _fake(x: torch.Tensor, t1: torch.Tensor | None, t2: torch.Tensor | None, call: str) -> list[torch.Tensor]:
-    c, q = _decode(call)
+    c, q = decode(call)
     named = dict(zip(c["tensors"], (t1, t2), strict=False))
     forward = FORWARDS.get(c["fn"])  # a forward's shape from its own fake; a backward's dx is dy's shape
     shape = tuple(x.shape if forward is None else forward(x, **named, **c["params"], backend=c["backend"]).shape)

@@ -220,3 +220,17 @@ def test_bench_quant(capsys, tmp_path):
     np.testing.assert_array_equal(scale.reshape(4, 32).numpy(), ws)
     with pytest.raises(ValueError, match="a group needs its size"):
         quant_bench.parse_quant("int8:group")
+
+
+def test_bench_onnx_quant(capsys, tmp_path):
+    """benchmarks/onnx_quant.py: the speed table's every column at a small size, and its contract count."""
+    pytest.importorskip("onnxruntime")
+    mod = _load("onnx_quant")
+    out = tmp_path / "q.txt"
+    mod.main(["--n", "8192", "--cols", "256", "--reps", "1", "--ops", "relu,swiglu", "--out", str(out)])
+    rows = [ln.split() for ln in out.read_text().splitlines() if not ln.startswith(("#", "op "))]
+    assert len(rows) == 2 * len(mod.QUANTS)
+    assert "CPU: " in out.read_text() and "family" in out.read_text()
+    model = mod.composition("gelu", ma.Quant("int8", "group", group_size=128))
+    assert [n.op_type for n in model.graph.node][:2] == ["Gelu", "Abs"]
+    capsys.readouterr()

@@ -310,12 +310,7 @@ class Runner:
         entry = self.entry
         array = OPS[op].defn.array_param
 
-        def as3d(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
-            """x as (outer, channels, inner) around the channel axis: the exported graph's layout."""
-            if not shape:
-                return 1, 1, 1
-            outer = int(np.prod(shape[:axis], dtype=np.int64))
-            return outer, shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
+        as3d = _as3d
 
         if direction == "param_grad":
 
@@ -362,6 +357,129 @@ class Runner:
             return float(e.run(ins, None).numpy())
 
         return grad
+
+
+    # ---- quant=: the kernel's float32 graph and QuantizeLinear in one session (onnx_quant) ----------------
+
+    def quantized(self, plan: Any, job: Any, dtype: str, q: Any) -> tuple[np.ndarray, ...] | None:
+        """(codes, scales[, zero points]) of a forward's float32 result in one session, or None where none is built
+        (prelu on float16 (its weight comes cast to float16), an input dtype without graphs, a zero-size
+        result, a last axis that does not split into q's groups: the call core's two passes then run, or raise)."""
+        from . import onnx_quant
+
+        if dtype not in DTYPES or plan.direction != "forward" or not onnx_quant.supported(q):
+            return None
+        shape = tuple(job.results[0].shape)
+        size = int(np.prod(shape, dtype=np.int64))
+        if size == 0 or (q.granularity != "tensor" and (not shape or (q.block and shape[-1] % q.block))):
+            return None
+        key = plan.key
+        gated, bias = is_gated(key), key in BIAS_ACT_KEYS
+        array = None if gated or bias else OPS[KEYS[key].name].defn.array_param
+        if array and dtype != "float32":  # the weight, cast to x's dtype, is not the contract's float32 weight
+            return None
+        got: list = []
+        job.run(lambda *a: got.append(a), [None if r is None else np.empty(r.shape, np.float32)
+                                           for r in job.results])
+        args = got[0][:-1]  # the inputs' views (the result's array is the last)
+        p = job.p
+        if gated:
+            family, act, _ = FAMILY_KEYS[key]
+            names = tuple(x.name for x in act.scalar_params) + family.scalars
+            ins = [np.ascontiguousarray(a).reshape(-1) for a in args]
+            extra: tuple = ()
+        elif bias:
+            _, act, _ = BIAS_ACT_KEYS[key]
+            names = tuple(x.name for x in act.scalar_params) + ("gain", "clamp")
+            x3, b, sc = args
+            forms = tuple(None if a is None else ("c" if a.ndim == 1 else "f") for a in (b, sc))
+            ins = [np.ascontiguousarray(x3)] + [np.ascontiguousarray(a).reshape(-1, 1) if a.ndim == 1
+                                                else np.ascontiguousarray(a) for a in (b, sc) if a is not None]
+            extra = (*forms, False, False)
+        elif array:  # prelu: x as (outer, C, inner) around its axis, the weight along C (the kernel's layout)
+            names = ()
+            ins = [np.ascontiguousarray(args[0]).reshape(_as3d(args[0].shape, p["axis"])),
+                   np.ascontiguousarray(p[array]).reshape(-1)]
+            extra = ()
+        else:
+            names = tuple(x.name for x in OPS[KEYS[key].name].scalar_params)
+            ins = [np.ascontiguousarray(args[0]).reshape(-1)]
+            extra = ()
+        vals = tuple([p[n] for n in names])
+        e = self._quant_entry(key, dtype, vals, {n: p[n] for n in names}, extra, q)
+        if q.granularity == "tensor":
+            code_shape, scale_shape = ins[0].shape, ()
+        else:
+            n = shape[-1]
+            rows = size // n
+            ins.append(np.array([rows, n], np.int64))
+            code_shape = (rows, n)
+            scale_shape = (rows,) if q.granularity == "token" else (rows, n // q.block)
+        codes = np.empty(code_shape, np.int8 if q.dtype == "int8" else np.uint8)
+        scales = np.empty(scale_shape, np.uint8 if q.granularity == "mx" else np.float32)
+        outs = [codes, scales] + ([] if q.symmetric else [np.empty(scale_shape, np.int32)])  # azp: zero points
+        from_numpy = _from_numpy()
+        b = e.sess.io_binding()
+        for name, a in zip(e.inputs, ins, strict=True):
+            b.bind_ortvalue_input(name, from_numpy(a))
+        for name, a in zip(e.outputs, outs, strict=True):
+            b.bind_ortvalue_output(name, _typed(a, q.dtype if a is codes else None))
+        e.sess.run_with_iobinding(b)
+        if q.dtype == "float8_e5m2":  # ORT's NaN is 0x7F / 0xFF, the contract's (ml_dtypes') 0x7E / 0xFE
+            u = codes.view(np.uint8)
+            np.subtract(u, 1, out=u, where=(u & 0x7F) == 0x7F)
+        if q.dtype != "int8":
+            codes = codes.view(_ml(q.dtype))
+        if q.granularity == "mx":
+            scales = scales.view(_ml("float8_e8m0fnu"))
+        outs[:2] = [codes, scales]
+        if q.granularity == "tensor":
+            return (codes.reshape(shape), *outs[1:])
+        return (codes.reshape(shape), *(a.reshape(shape[:-1] + (-1,)) for a in outs[1:]))
+
+    def _quant_entry(self, key: str, dtype: str, vals: tuple, params: dict, extra: tuple, q: Any) -> _Entry:
+        """The cached session of one kernel's quantized forward (inputs in dtype, the graph in float32)."""
+        threads = get_num_threads()
+        full = ("quant", key, dtype, tuple(map(value_key, vals)), extra, q, threads)
+        e = self._sessions.get(full)
+        if e is not None:
+            return e
+        from .onnx_graphs import bias_act_kernel_onnx, gated_kernel_onnx, kernel_model
+        from .onnx_quant import quantized_model
+
+        if is_gated(key):
+            base = gated_kernel_onnx(key, "forward", "float32", params)
+        elif key in BIAS_ACT_KEYS:
+            base = bias_act_kernel_onnx(key, "forward", "float32", params, extra)
+        else:
+            base = kernel_model(KEYS[key].name, "forward", "float32", params)
+        return self._store(full, quantized_model(base, q, dtype, fixed_rows=True), threads)
+
+
+def _as3d(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
+    """x as (outer, channels, inner) around the channel axis: the exported graph's layout."""
+    if not shape:
+        return 1, 1, 1
+    outer = int(np.prod(shape[:axis], dtype=np.int64))
+    return outer, shape[axis], int(np.prod(shape[axis + 1:], dtype=np.int64))
+
+
+def _ml(name: str) -> np.dtype:
+    import ml_dtypes
+
+    return np.dtype(getattr(ml_dtypes, name))
+
+
+def _typed(a: np.ndarray, code: str | None) -> Any:
+    """An OrtValue over a's memory: float8 codes as ONNX's float8 types (NumPy has none), else a's own type."""
+    from onnxruntime import OrtValue
+
+    if code is None or code == "int8":
+        return _from_numpy()(a)
+    from onnx import TensorProto
+
+    t = {"float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "float8_e5m2": TensorProto.FLOAT8E5M2}[code]
+    return OrtValue.ortvalue_from_numpy_with_onnx_type(a, t)
 
 
 def _aliased(ins: Sequence[np.ndarray], outs: Sequence[np.ndarray]) -> bool:

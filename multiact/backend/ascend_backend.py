@@ -186,6 +186,13 @@ def kernel(key: str, direction: str, dtype: str) -> Callable:
     return run
 
 
+def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> Any:
+    """quant= on host arrays: the onnxruntime backend's one-session graph (the kernel's float32 graph, then
+    QuantizeLinear: multiact.backend.onnx_quant) on this backend's providers, CANN first and ONNX Runtime's CPU
+    provider for the nodes CANN does not take; None (the call core's two passes) where that graph is not built."""
+    return _runner.quantized(plan, job, dtype, quant)
+
+
 # ---- torch_npu path -----------------------------------------------------------------------------
 
 

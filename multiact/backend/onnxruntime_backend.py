@@ -94,3 +94,9 @@ def supports(key: str, direction: str, dtype: str) -> bool:
 
 def kernel(key: str, direction: str, dtype: str) -> Callable:
     return _runner.kernel(key, direction, dtype)
+
+
+def quantized(plan, job, kernel, dtype: str, quant):
+    """quant=: the kernel's float32 graph and QuantizeLinear run as one session (multiact.backend.onnx_quant), or
+    None where that graph is not built (the call core's two passes then run)."""
+    return _runner.quantized(plan, job, dtype, quant)
