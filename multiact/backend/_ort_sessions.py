@@ -439,8 +439,8 @@ class Runner:
 
     def _quant_entry(self, key: str, dtype: str, vals: tuple, params: dict, extra: tuple, q: Any) -> _Entry:
         """The cached session of one kernel's quantized forward (inputs in dtype, the graph in float32)."""
-        threads = get_num_threads()
-        full = ("quant", key, dtype, tuple(map(value_key, vals)), extra, q, threads)
+        threads, mode = get_num_threads(), caller_mode()
+        full = ("quant", key, dtype, tuple(map(value_key, vals)), extra, q, threads, mode)
         e = self._sessions.get(full)
         if e is not None:
             return e
@@ -453,7 +453,7 @@ class Runner:
             base = bias_act_kernel_onnx(key, "forward", "float32", params, extra)
         else:
             base = kernel_model(KEYS[key].name, "forward", "float32", params)
-        return self._store(full, quantized_model(base, q, dtype, fixed_rows=True), threads)
+        return self._store(full, quantized_model(base, q, dtype, fixed_rows=True), threads, mode)
 
 
 def _as3d(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
