@@ -1,6 +1,6 @@
 """The public functions, generated from the op table with real signatures and docstrings.
 
-Each op gets `name(x, *params, out=None, backend=None)` and
+Each op gets `name(x, *params, out=None, backend=None, quant=None)` and
 `name_grad(dy, x, *params, [y=None,] out=None, backend=None)`; swish and prelu
 also get their parameter gradients.  Functions are compiled from source so
 that help(), inspect and IDEs show the actual parameters, and so that a call
@@ -19,9 +19,10 @@ from .errors import YFormError
 from .optable import OPS, REQUIRED, OpSpec, get, in_float32, value_key
 
 
-def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, **params: Any) -> Any:
+def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, quant: Any = None,
+            **params: Any) -> Any:
     """Generic forward: `forward("gelu", x, approximate="tanh")` is `gelu(x, approximate="tanh")`."""
-    return elementwise.call(get(op), "forward", {"x": x}, params, out, backend)
+    return elementwise.call(get(op), "forward", {"x": x}, params, out, backend, quant)
 
 
 def backward(
@@ -109,7 +110,9 @@ def _docs(spec: OpSpec) -> dict[str, str]:
     params = _param_doc(spec)
     pblock = f"\n\nParameters (PyTorch's names and defaults):\n{params}" if params else ""
     common = "out: write the result here (out=x is in place); backend: run on this backend only."
-    fwd = f"{spec.summary}\n\n    y = {spec.formula}{pblock}\n\n{common}"
+    quant = ("\nquant: a multiact.Quant: return (codes, scales) of the float32 result instead "
+             "(multiact.quantize's contract).")
+    fwd = f"{spec.summary}\n\n    y = {spec.formula}{pblock}\n\n{common}{quant}"
     ycan = ""
     if spec.backward_y is not None:
         cond = f" (when {spec.y_condition})" if spec.y_condition else ""
@@ -124,7 +127,9 @@ def _docs(spec: OpSpec) -> dict[str, str]:
 # (or str choices): anything else (a tensor, a list, an object with __float__) is read afresh by
 # elementwise.call, and the key holds the value itself, +0.0 and -0.0 apart.
 _FAST_FWD = """
-def {name}(x{pre}, *, out=None, backend=None):{cfwd}
+def {name}(x{pre}, *, out=None, backend=None, quant=None):
+    if quant is not None:
+        return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend, quant){cfwd}
     if type(x) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
         hit = _cache.get(('forward', x.dtype{keys}, backend, _prefs()))
         if hit is not None:
@@ -238,8 +243,8 @@ def _make(spec: OpSpec) -> dict[str, Any]:
     }
     if elementwise.array_param(spec) is not None:  # an array parameter (prelu's weight): always the checked path
         src = [
-            f"def {name}(x{pre}, *, out=None, backend=None):\n"
-            f"    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend)\n",
+            f"def {name}(x{pre}, *, out=None, backend=None, quant=None):\n"
+            f"    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend, quant)\n",
             f"def {name}_grad(dy, x=None{gpre}, *, y=None, out=None, backend=None):\n"
             f"    return _grad(_spec, dy, x, y, {pdict}, out, backend)\n",
         ]

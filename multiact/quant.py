@@ -9,7 +9,8 @@ The contract, one definition for every backend (shared/DESIGN.md, "Quantized out
   multiple of the group's size.
 - The scale of a group comes from amax = max |v| over it, in float32: amax is capped at `scale_ub` and
   raised to `amax_floor` where they are given; scale = amax / qmax (qmax: 448 for float8_e4m3fn, 57344 for
-  float8_e5m2, 127 for int8), rounded up to a power of two with `pow2=True` (UE8M0-style float32 scales).  MX
+  float8_e5m2, 127 for int8), at least 2^-149 (a quotient that underflows to 0 takes the smallest subnormal),
+  rounded up to a power of two with `pow2=True` (UE8M0-style float32 scales).  MX
   scales are E8M0 powers of two: 2^ceil(log2(amax / qmax)) (rule "ceil": NVIDIA, CANN, torchao) or
   2^(floor(log2(amax)) - emax) (rule "floor": the OCP spec; emax 8 for e4m3fn, 15 for e5m2), the exponent
   clamped to E8M0's [-127, 127].  A static tensor scale (`scale=`) is used as given.
@@ -45,6 +46,7 @@ GRANULARITIES = ("tensor", "token", "group", "mx")
 GROUP_SIZES = (32, 64, 128)
 MX_BLOCK = 32
 RULES = ("ceil", "floor")
+TINY = np.finfo(np.float32).smallest_subnormal  # the least scale (2^-149): a float32 scale is never 0
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def _e8m0(q: Quant, amax: np.ndarray) -> np.ndarray:
         if q.rule == "ceil":
             r = (amax / np.float32(q.qmax)).astype(np.float32)
             m, e = np.frexp(r)  # r = m 2^e, m in [0.5, 1): ceil(log2 r) = e - 1 where m == 0.5, else e
-            exp = np.where(m == 0.5, e - 1, e)
+            exp = np.where(m == 0.5, e - 1, np.where(r == 0, -127, e))  # log2(0) = -inf: clamped below
         else:
             m, e = np.frexp(amax)  # floor(log2 amax) = e - 1
             exp = e - 1 - EMAX[q.dtype]
@@ -183,8 +185,14 @@ def _scales(q: Quant, amax: np.ndarray) -> np.ndarray:
         if q.amax_floor is not None:
             a = np.where(a < np.float32(q.amax_floor), np.float32(q.amax_floor), a)
         s = (a / np.float32(q.qmax)).astype(np.float32)
-    s = np.where(a == 0, np.float32(1), s).astype(np.float32)
+    s = np.where(a == 0, np.float32(1), _no_zero(s)).astype(np.float32)
     return _pow2_up(s) if q.pow2 else s
+
+
+def _no_zero(s: np.ndarray) -> np.ndarray:
+    """A scale that underflows to 0 (amax below qmax times the smallest subnormal) as the smallest subnormal:
+    its codes are then the values' own multiples of it (within the format's range), never v / 0."""
+    return np.where(s == 0, TINY, s).astype(np.float32)
 
 
 def _codes(q: Quant, r: np.ndarray) -> np.ndarray:
@@ -232,7 +240,7 @@ def _azp(q: Quant, v: np.ndarray, vg: np.ndarray, out_shape: tuple) -> tuple[np.
     else:
         lo, hi = np.min(vg, axis=-1), np.max(vg, axis=-1)
     s = ((hi - lo) / np.float32(255)).astype(np.float32)
-    s = np.where(hi == lo, np.float32(1), s).astype(np.float32)  # all values equal: scale 1
+    s = np.where(hi == lo, np.float32(1), _no_zero(s)).astype(np.float32)  # all values equal: scale 1
     zp = np.rint(np.float32(-128) - lo / s).astype(np.float32)
     zp_i = np.nan_to_num(np.clip(zp, -128, 127), nan=0.0).astype(np.int32)
     r = (vg / s[..., None]).astype(np.float32)
@@ -318,9 +326,10 @@ def as_kind(res: tuple[np.ndarray, ...], like: Any) -> tuple[Any, ...]:
              "float8_e8m0fnu": torch.float8_e8m0fnu}
     out = []
     for a in res:
+        a = a if a.flags.c_contiguous else a.copy()  # not np.ascontiguousarray: it makes a 0-d scale 1-d
         name = a.dtype.name
         if name in names:
-            out.append(torch.from_numpy(np.ascontiguousarray(a).view(np.uint8)).view(names[name]))
+            out.append(torch.from_numpy(a.view(np.uint8)).view(names[name]))
         else:
-            out.append(torch.from_numpy(np.ascontiguousarray(a)))
+            out.append(torch.from_numpy(a))
     return tuple(out)

@@ -36,7 +36,7 @@ from torch import nn
 
 import multiact as _multiact
 
-from . import api, checks, elementwise, fused_bias_act, gated, hot, registry
+from . import api, checks, elementwise, fused_bias_act, gated, hot, registry, torch_quant
 from ._config import get_num_threads
 from ._opdefs import COMPOSITES, GATED, CompositeDef
 from ._torch_func import TransformableOp
@@ -725,8 +725,13 @@ def _make_function(spec: OpSpec):
     cfirst = ""
     if body and hot.C is not None:  # the C hot path first (hot.c_op), outside torch.compile: None, the paths below
         cfirst = _c_first(spec, "inplace", "backend", "")
+    array = spec.defn.array_param
+    tensors = f"{{{array!r}: {array}}}" if array else "{}"
+    qparams = "{" + ", ".join(f"{p.name!r}: {p.name}" for p in spec.params if p.name != array) + "}"
     src = (
-        f"def {spec.name}(x{pre}, *, inplace=False, backend=None):\n"
+        f"def {spec.name}(x{pre}, *, inplace=False, backend=None, quant=None):\n"
+        f"    if quant is not None:\n"
+        f"        return _tq(_spec.name, x, {tensors}, {qparams}, backend, quant, _QFN, inplace)\n"
         f"{cfirst}{body}"
         f"    return _apply(_spec, x, {pdict}, inplace, backend)\n"
     )
@@ -735,7 +740,7 @@ def _make_function(spec: OpSpec):
         "_spec": spec, "_apply": _apply, "_T": torch.Tensor, "_NUM": api._NUM,
         "_zero_key": api._zero_key, "_cache": hot.cache(spec.name), "_prefs": registry.preference_key,
         "_grad_on": _C.is_grad_enabled, "_eager_apply": _eager_apply, "_undead": _undead, "_set": SETS[spec.name],
-        "_thot": hot.tensor_hot, "_MISS": hot.MISS,
+        "_thot": hot.tensor_hot, "_MISS": hot.MISS, "_tq": torch_quant.call, "_QFN": f"multiact.torch.{spec.name}()",
         "_FN": spec.label("forward"), "_X": _X, "_BACKWARD": _BACKWARD, "_eager_grad": _eager_grad,
         **(_c_names(spec) if cfirst else {}),
     }
@@ -1096,11 +1101,12 @@ def _apply_gated(cdef: CompositeDef, x: Any, up: Any, given: dict, extra: dict, 
 
 
 def _gated_signature(cdef: CompositeDef) -> tuple[str, str, str]:
-    """(multiact.<name>'s parameters after x without out=, the module's after self, the own-parameter dict)."""
+    """(multiact.<name>'s parameters after x without out=, the module's after self (no up=, no quant=: a module is
+    a float layer), the own-parameter dict)."""
     sig = inspect.signature(gated.FUNCTIONS[cdef.name])
-    params = [p for p in sig.parameters.values() if p.name not in ("x", "out", "quant")]  # quant: not in mt yet
+    params = [p for p in sig.parameters.values() if p.name not in ("x", "out")]
     fn = str(sig.replace(parameters=params))[1:-1]
-    mod = str(sig.replace(parameters=[p for p in params if p.name != "up"]))[1:-1]
+    mod = str(sig.replace(parameters=[p for p in params if p.name not in ("up", "quant")]))[1:-1]
     return fn, mod, "{" + ", ".join(f"{p.name!r}: {p.name}" for p in cdef.params) + "}"
 
 
@@ -1108,14 +1114,18 @@ def _make_gated_function(cdef: CompositeDef):
     plist, _, pdict = _gated_signature(cdef)
     extra = "act_params" if cdef.takes_act_params else "{}"
     src = (f"def {cdef.name}(x, {plist}):\n"
+           f"    if quant is not None:\n"
+           f"        return _tq(_cdef.name, x, {{'up': up}}, {{**{pdict}, **{extra}}}, backend, quant, _QFN)\n"
            f"    return _apply_gated(_cdef, x, up, {pdict}, {extra}, backend)\n")
-    ns: dict[str, Any] = {"_cdef": cdef, "_apply_gated": _apply_gated}
+    ns: dict[str, Any] = {"_cdef": cdef, "_apply_gated": _apply_gated, "_tq": torch_quant.call,
+                          "_QFN": f"multiact.torch.{cdef.name}()"}
     exec(compile(src, f"<multiact.torch.{cdef.name}>", "exec"), ns)  # noqa: S102 - generated from the definitions
     f = ns[cdef.name]
     f.__doc__ = (f"{cdef.summary} Differentiable (first order): the backward runs multiact.{cdef.name}_grad, "
                  f"both halves in one pass.\n\n    {cdef.formula}\n\n"
                  "up=: the two-input form (x is the gate, up multiplies it; both get gradients). "
-                 f"Parameters as multiact.{cdef.name}'s; backend= runs forward and backward on that backend only.")
+                 f"Parameters as multiact.{cdef.name}'s; backend= runs forward and backward on that backend only; "
+                 "quant= (a multiact.Quant) returns the result's (codes, scales) instead, not differentiable.")
     f.__module__ = __name__
     return f
 
@@ -1335,8 +1345,11 @@ BIAS_ACT_SET = _BiasActSet()
 
 def bias_act(x: torch.Tensor, b: torch.Tensor | None = None, act: str = "linear", *, dim: int = 1,
              scale: torch.Tensor | None = None, gain: float = 1.0, clamp: float | None = None,
-             backend: str | None = None, **act_params: Any) -> torch.Tensor:
+             backend: str | None = None, quant: Any = None, **act_params: Any) -> Any:
     fn = "multiact.torch.bias_act()"
+    if quant is not None:
+        given = {"act": act, "dim": dim, "gain": gain, "clamp": clamp, **act_params}
+        return torch_quant.call("bias_act", x, {"b": b, "scale": scale}, given, backend, quant, fn)
     for name, a in (("x", x), ("b", b), ("scale", scale)):
         if not (isinstance(a, torch.Tensor) or (a is None and name != "x")):
             raise TypeError(f"{fn}: {name} must be a torch.Tensor{'' if name == 'x' else ' or None'}, "
@@ -1349,7 +1362,8 @@ bias_act.__doc__ = (f"{fused_bias_act.DEFN.summary} Differentiable twice: the ba
                     f"(dx, db, dscale in one pass), its own backward the activation's f'' (multiact.backward2)."
                     f"\n\n    {fused_bias_act.DEFN.formula}\n\n"
                     "b, scale: None, one value per channel (x.shape[dim],) or x's shape; parameters as "
-                    "multiact.bias_act's; backend= runs forward and backward on that backend only.")
+                    "multiact.bias_act's; backend= runs forward and backward on that backend only; quant= (a "
+                    "multiact.Quant) returns the result's (codes, scales) instead, not differentiable.")
 
 
 class BiasAct(_Multiact):

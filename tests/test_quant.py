@@ -232,3 +232,17 @@ def test_the_fused_families_quantize_their_float32_result():
         ma.swiglu(x, quant=q, out=np.empty((2, 32), np.float16))
     with pytest.raises(TypeError, match=r"bias_act\(\): quant must be a multiact.Quant"):
         ma.bias_act(x, b, quant="int8")
+
+
+def test_a_scale_never_underflows_to_zero():
+    """amax below qmax times the smallest subnormal: the scale is 2^-149 (not 0, whose codes would be v / 0 =
+    NaN), the codes the values' multiples of it; MX's ceil rule clamps log2(0) to E8M0's least exponent."""
+    tiny = np.finfo(np.float32).smallest_subnormal
+    v = np.array([[3 * tiny, -tiny] + [0.0] * 30], np.float32)
+    for q in (ma.Quant("float8_e5m2", "token"), ma.Quant("int8", "token"), ma.Quant("int8", "token", symmetric=False)):
+        codes, scale = ma.quantize(v, q)[:2]
+        assert scale[0, 0] == tiny, q
+        assert np.isfinite(codes.astype(np.float32)).all() and codes.astype(np.float32)[0, 0] != 0
+    codes, scale = ma.quantize(v, ma.Quant("float8_e4m3fn", "mx"))
+    assert scale.view(np.uint8)[0, 0] == 0  # 2^-127
+    assert np.isfinite(ma.dequantize(codes, scale, ma.Quant("float8_e4m3fn", "mx"))).all()

@@ -88,6 +88,10 @@ def _parser() -> argparse.ArgumentParser:
                        "runs in one pass (about two hours on two Zen 3 cores for scalar and AVX2; --journal to resume)")
     sweep.add_argument("--dense", action="store_true", help="float32 sweep of the non-default parameters (2^24 points)")
     sweep.add_argument("--subset", action="store_true", help="float32 sweep of every 4096th input (the CI subset)")
+    sweep.add_argument("--quant", action="store_true",
+                       help="quantized outputs (quant=): every 65,536 bfloat16 and float16 input (float32: every "
+                       "65,537th pattern) per op, backend, granularity and target against the float64 reference, "
+                       "and bit for bit against ma.quantize of the float32 result")
     check.add_argument("--isa", help=f"with a sweep: the native ISA ({', '.join(vocab.ISAS)}; --exhaustive: a list)")
     check.add_argument("--serve", action="store_true",
                        help="with --subset/--dense --isa ISA: an ISA this machine cannot run, its kernels computed "
@@ -176,6 +180,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         from . import accuracy
 
         return accuracy.command(args, progress=bar)
+    if args.quant:
+        from . import quant_check
+
+        rep = quant_check.run(_many(args.backend), _many(args.op), _many(args.dtype), progress=bar)
+        print(quant_check.render(rep, full=args.full), file=stream)
+        if args.json:
+            _write_json(args.json, rep)
+        return 0 if rep["passed"] else 1
     dtypes = _many(args.dtype)
     code, data = 0, {}
     if dtypes and "bfloat16" in dtypes:
