@@ -234,6 +234,27 @@ class _threads:
         ma.set_num_threads(self.old)
 
 
+@pytest.mark.parametrize("fused", FUSED, indirect=True, ids=[f"{b}-{i}" for b, i in FUSED])
+@pytest.mark.parametrize("fmt", FMTS[:2])
+def test_near_midpoints(fused, fmt):
+    """Quotients within a few units in the last place of the codes' rounding midpoints, for static scales and for
+    group scales from the amax, on relu (whose result is x)."""
+    backend, isa, seen = fused
+    rng = np.random.default_rng(3)
+    grid = np.arange(256, dtype=np.uint8).view(getattr(ml_dtypes, fmt)).astype(np.float64)
+    g = np.unique(np.abs(grid[np.isfinite(grid)]))
+    mids = (g[1:] + g[:-1]) / 2
+    for _ in range(20):
+        s = np.float32(rng.uniform(1, 2) * 2.0 ** rng.integers(-30, 30))
+        x = (mids * s).astype(np.float32)
+        x = np.concatenate([(x.view(np.int32) + d).view(np.float32) for d in range(-6, 7)])
+        x = x[: x.size // 128 * 128].reshape(-1, 128)
+        x[:, 0] = np.float32(Q.QMAX[fmt]) * s  # each group's amax: the scale s again (amax / qmax)
+        for q in (ma.Quant(fmt, "tensor", scale=float(s)), ma.Quant(fmt, "group", group_size=128)):
+            _same(_elementwise_quant("relu", x, {}, q, backend), ma.quantize(ma.relu(x, backend=backend), q),
+                  f"near midpoints {q}")
+
+
 def _patterns(step: int = 65537) -> np.ndarray:
     """Every step-th float32 pattern, the specials, and every pattern around the formats' boundaries."""
     bits = np.arange(0, 1 << 32, step, dtype=np.uint64).astype(np.uint32)
@@ -250,12 +271,15 @@ def _patterns(step: int = 65537) -> np.ndarray:
 
 @pytest.mark.skipif(not NATIVE_ISAS, reason="the native extension has no one pass")
 @pytest.mark.parametrize("isa", NATIVE_ISAS)
+@pytest.mark.parametrize("seq", (0, 4), ids=("kernels", "general"))
 @pytest.mark.parametrize("fi,fmt", list(enumerate(FMTS)))
-def test_conversion_sample(isa, fi, fmt):
+def test_conversion_sample(isa, seq, fi, fmt):
+    """ma_q_convert's two sequences (the kernels': q_fast8 and the general one where it says so; the general one
+    alone) on every 65537th float32 pattern, the specials and the formats' boundaries, against multiact.quant."""
     s = nb._load()
     r = _patterns().view(np.float32)
     out = np.empty(r.size, np.uint8)
-    getattr(s["lib"], f"ma_q_convert__{isa}")(s["ffi"].from_buffer("float[]", r), r.size, fi,
+    getattr(s["lib"], f"ma_q_convert__{isa}")(s["ffi"].from_buffer("float[]", r), r.size, fi | seq,
                                              s["ffi"].from_buffer("uint8_t[]", out))
     with np.errstate(all="ignore"):
         ref = Q._codes(ma.Quant(fmt, "token"), r).view(np.uint8)

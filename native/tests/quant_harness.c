@@ -1,6 +1,6 @@
 /* The one pass of ma_quant.inc on one ISA against the scalar ISA's, built from the same sources
  * (scripts/test_quant_harness.sh: x86 avx2 / avx512 natively, neon with aarch64-linux-gnu-gcc under qemu-aarch64).
- * 1. The conversion: every STEP-th float32 pattern (argv[1], default 65537; 1: all 2^32) plus the specials and the
+ * 1. The conversion (both sequences: ma_q_convert's fmt and fmt | 4): every STEP-th float32 pattern (argv[1], default 65537; 1: all 2^32) plus the specials and the
  *    neighbourhoods of the formats' boundaries, both signs, for float8_e4m3fn, float8_e5m2 and int8: bit for bit.
  *    The scalar conversion itself is checked on all 2^32 patterns against multiact.quant (scripts/
  *    quant_convert_check.py, results/quant-convert-exhaustive.txt), so equal bits here carry that check over.
@@ -69,7 +69,9 @@ static int check_convert(uint64_t step) {
     static float r[B];
     static uint8_t a[B], b[B];
     size_t bad = 0, total = 0;
-    for (int fmt = 0; fmt < 3; fmt++) {
+    static const int fmts[] = {0, 1, 2, 4, 5, 6}; /* the kernels' sequence, then the general one alone */
+    for (int fi = 0; fi < 6; fi++) {
+        int fmt = fmts[fi];
         size_t k = 0;
         uint64_t pat = 0;
         int extra = 1;
