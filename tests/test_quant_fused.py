@@ -287,3 +287,15 @@ def test_conversion_sample(isa, seq, fi, fmt):
     assert bad.size == 0, (f"{bad.size} differ, first {r.view(np.uint32)[bad[0]]:#x}: {out[bad[0]]:#x} vs "
                            f"{ref[bad[0]]:#x}")
 
+
+def test_exhaustive_result_committed():
+    """The 2^32 check's committed result says every pattern agreed on every ISA it ran."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "results", "quant-convert-exhaustive.txt")
+    text = open(path).read()
+    assert "(2^32)" in text and text.rstrip().endswith("all equal")
+    for f in FMTS:
+        for seq in ("kernels", "general"):
+            for isa in ("scalar", "avx2", "avx512"):
+                assert f"{f:15s} {seq:8s} {isa:8s} {1 << 32:12d} {0:10d}" in text
