@@ -564,3 +564,107 @@ def _bias_act(s: dict, row: tuple, dtype: str, backward: bool) -> Callable:
                 o[...] = t
         return sums
     return kb
+
+
+# ---- quantized outputs in one pass (multiact.core._fused; native/src/ma_quant.inc) ---------------------------
+
+_QFMT = {"float8_e4m3fn": 0, "float8_e5m2": 1, "int8": 2}
+_QDTYPE = {"float32": 0, "float16": 1, "bfloat16": 2}
+
+
+def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple | None:
+    """The one pass of a quantized forward (multiact.core._fused): per block of rows, groups or MX blocks held in
+    cache, the activation in float32 (this ISA's float32 kernel on the inputs widened exactly), the amax, the
+    scale as multiact.quant derives it and the codes (native/src/ma_quant.inc).  The elementwise ops with one
+    input (all but prelu) and the gated family; float32, float16 and bfloat16 inputs; every granularity, target
+    dtype and option of multiact.Quant ("tensor" without a static scale: two passes over the blocks, the first
+    for the amax).  None for the rest (the call core's two passes): other families and signatures, float64,
+    empty or 0-d results, and a last axis the group does not divide (whose error the two passes raise)."""
+    s = _load()
+    if not s["ok"] or dtype not in _QDTYPE:
+        return None
+    isa = s["isa"]
+    lib, ffi = s["lib"], s["ffi"]
+    run = getattr(lib, f"ma_q_run__{isa}", None)
+    try:
+        _, sym, signature, names, cost = entry(plan.key, "forward", "float32", isa)
+    except (NotImplementedError, RuntimeError, ValueError):
+        return None
+    if run is None or signature not in ("unary", "gated"):
+        return None
+    got: list = []
+    job.run(lambda *a: got.append(a[:-1]), [None])  # the family's views of the inputs (the result: not used)
+    ins = got[0] if len(got) == 1 else ()
+    if len(ins) != (1 if signature == "unary" else 2):
+        return None
+    shape = tuple(ins[0].shape)
+    if not shape or ins[0].size == 0:
+        return None
+    q = quant
+    n = shape[-1]
+    g = q.block or n
+    if n % g:
+        return None  # the two passes raise the error that names the group size
+    views = _q_rows(ins, n)
+    if views is None:
+        return None
+    (arows, an, rs, es), arrs = views
+    from multiact import get_num_threads
+    from multiact import quant as Q
+
+    codes = np.empty(shape, np.uint8)
+    tensor = q.granularity == "tensor"
+    sshape = () if tensor else shape[:-1] + (n // g,)
+    scales = np.empty(sshape, np.uint8 if q.granularity == "mx" else np.float32)
+    zp = np.empty(sshape, np.int32) if not q.symmetric else None
+    if signature == "unary":
+        a, b, c, d = _packer(names)(job.p)
+        pblock = ffi.new("ma_params *", {"a": a, "b": b, "c": c, "d": d, "da": a, "db": b, "dc": c, "dd": d})
+    else:
+        pblock = _param_blocks(ffi, names, ("limit", "shift"), lambda limit, shift: (limit, shift))(job.p)
+    address = s.get("address") or s.setdefault("address", _address_reader(ffi))
+    mode = (1 if q.scale is not None else 4) if tensor else (2 if q.rule == "ceil" else 3) if q.granularity == "mx" \
+        else 0
+    j = ffi.new("ma_qjob *", {
+        "kind": 0 if signature == "unary" else 1, "fn": ffi.cast("void *", ffi.addressof(lib, sym)), "p": pblock,
+        "cost": cost, "dtype": _QDTYPE[dtype], "x": ffi.cast("void *", address(arrs[0])),
+        "up": ffi.cast("void *", address(arrs[-1])), "arows": arows, "an": an, "xrs": rs[0], "xes": es[0],
+        "urs": rs[-1], "ues": es[-1], "fmt": 3 if zp is not None else _QFMT[q.dtype], "mode": mode,
+        "group": g, "qmax": q.qmax, "ub": q.scale_ub or 0.0, "floor_": q.amax_floor or 0.0,
+        "scale": float(np.float32(q.scale)) if q.scale is not None else 0.0, "pow2": int(q.pow2),
+        "emax": Q.EMAX.get(q.dtype, 0), "codes": ffi.cast("uint8_t *", codes.ctypes.data),
+        "scales": ffi.cast("void *", scales.ctypes.data),
+        "zp": ffi.cast("int32_t *", zp.ctypes.data) if zp is not None else ffi.NULL, "nthreads": get_num_threads()})
+    if run(j):
+        raise MemoryError(f"{plan.fn}: native quant: no memory for a block of {g} float32 values")
+    res = (codes.view(Q._code_dtype(q.dtype)),)
+    if q.granularity == "mx":
+        import ml_dtypes
+
+        return (*res, scales.view(ml_dtypes.float8_e8m0fnu))
+    return (*res, scales) if zp is None else (*res, scales, zp)
+
+
+def _q_rows(ins: tuple, n: int) -> tuple | None:
+    """((rows, n, row strides, element strides), arrays) addressing the inputs as rows x n elements in the result's
+    C order without a copy where their views allow it (contiguous rows addressed as one), else C-contiguous
+    copies; None where an element stride is not a whole number of elements."""
+    rows = ins[0].size // n
+    flat = []
+    for a in ins:
+        v = a.view()
+        try:
+            v.shape = (rows, n)  # no copy, or AttributeError
+        except AttributeError:
+            v = np.ascontiguousarray(a).reshape(rows, n)
+        if not v.flags.aligned:
+            v = np.require(v, requirements="CA")
+        flat.append(v)
+    item = flat[0].itemsize
+    if any(st % item for v in flat for st in v.strides):
+        return None
+    rs = [v.strides[0] // item for v in flat]
+    es = [v.strides[1] // item for v in flat]
+    if rows == 1 or all(r == e * n for r, e in zip(rs, es, strict=True)):
+        return (1, rows * n, [0] * len(flat), es), flat
+    return (rows, n, rs, es), flat

@@ -1203,3 +1203,26 @@ def _run_bias(key: tuple[str, str, str], arrays: tuple, p4: tuple[float, ...], w
                 if want:
                     total[:, c0:c0 + tc] += got
     return total
+
+
+# ---- quantized outputs in one pass (multiact.core._fused; numba_quant) --------------------------------------
+
+
+def quantized(plan: Any, job: Any, kernel_: Any, dtype: str, quant: Any) -> tuple | None:
+    """The one pass of a quantized forward (multiact.core._fused): blocks of rows widened to float32, this
+    backend's float32 kernel into a block held in cache, amax, scales and codes per group (numba_quant).  The
+    elementwise ops with one input (all but prelu) and the gated family, on float32, float16 and bfloat16 inputs;
+    None (the two passes) for the rest."""
+    if dtype not in ("float32", "float16", "bfloat16"):
+        return None
+    key = plan.key
+    defn = KEYS[key].defn if key in KEYS else None
+    if key in BIAS_ACT_KEYS or (defn is not None and defn.array_param) or not supports(key, "forward", "float32"):
+        return None
+    got: list = []
+    job.run(lambda *a: got.append(a[:-1]), [None])  # the family's views of the inputs
+    if len(got) != 1 or len(got[0]) != (2 if key in FAMILY_KEYS else 1):
+        return None
+    from . import numba_quant
+
+    return numba_quant.run(kernel(key, "forward", "float32"), job.p, got[0], quant)
