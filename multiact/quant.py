@@ -14,9 +14,10 @@ The contract, one definition for every backend (shared/DESIGN.md, "Quantized out
   scales are E8M0 powers of two: 2^ceil(log2(amax / qmax)) (rule "ceil": NVIDIA, CANN, torchao) or
   2^(floor(log2(amax)) - emax) (rule "floor": the OCP spec; emax 8 for e4m3fn, 15 for e5m2), the exponent
   clamped to E8M0's [-127, 127].  A static tensor scale (`scale=`) is used as given.
-- An all-zero group gets scale 1 (its codes are 0).  A group holding a NaN gets a NaN scale, one holding an
-  infinity (and no NaN) an infinite scale (E8M0: NaN, it has no infinity): never a finite one, so every
-  element of that group dequantizes to a non-finite value (0 * inf and x * NaN are NaN).
+- An all-zero group gets scale 1 (its codes are 0).  A group holding a NaN gets a NaN scale (the quiet NaN
+  0x7fc00000, whatever the NaN's own bits), one holding an infinity (and no NaN) an infinite scale (E8M0:
+  NaN, it has no infinity): never a finite one, so every element of that group dequantizes to a non-finite
+  value (0 * inf and x * NaN are NaN).
 - A code is v / scale in float32, rounded to nearest even into the target format and saturated to its
   largest finite value (PTX's satfinite, for both float8 formats): beyond qmax, and +-inf (a static scale),
   become +-qmax; NaN stays NaN in float8 and becomes 0 in int8 (its scale says NaN).
@@ -186,7 +187,13 @@ def _scales(q: Quant, amax: np.ndarray) -> np.ndarray:
             a = np.where(a < np.float32(q.amax_floor), np.float32(q.amax_floor), a)
         s = (a / np.float32(q.qmax)).astype(np.float32)
     s = np.where(a == 0, np.float32(1), _no_zero(s)).astype(np.float32)
-    return _pow2_up(s) if q.pow2 else s
+    return _canonical(_pow2_up(s) if q.pow2 else s)
+
+
+def _canonical(s: np.ndarray) -> np.ndarray:
+    """A NaN scale as the one quiet NaN 0x7fc00000: np.max keeps a NaN element's own bits in some of its loops
+    and not in others, and a payload (torch's bfloat16 NaN 0xffff) would make equal results differ in bits."""
+    return np.where(np.isnan(s), np.float32(np.nan), s).astype(np.float32)
 
 
 def _no_zero(s: np.ndarray) -> np.ndarray:
@@ -257,7 +264,7 @@ def _azp(q: Quant, v: np.ndarray, vg: np.ndarray, out_shape: tuple, stats: tuple
     else:
         lo, hi = np.min(vg, axis=-1), np.max(vg, axis=-1)
     s = ((hi - lo) / np.float32(255)).astype(np.float32)
-    s = np.where(hi == lo, np.float32(1), _no_zero(s)).astype(np.float32)  # all values equal: scale 1
+    s = _canonical(np.where(hi == lo, np.float32(1), _no_zero(s)))  # all values equal: scale 1
     zp = np.rint(np.float32(-128) - lo / s).astype(np.float32)
     zp_i = np.nan_to_num(np.clip(zp, -128, 127), nan=0.0).astype(np.int32)
     r = (vg / s[..., None]).astype(np.float32)
