@@ -1887,7 +1887,7 @@ def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple
                              f"{q.granularity!r}")
     like = ins[0]
     if dtype == "bfloat16":  # its bits (a torch bfloat16 tensor has no array interface: its int16 view has)
-        ins_bits = [a.view(sys.modules["torch"].int16) if _library(a) == "torch" else a for a in ins]
+        ins_bits = [a.detach().view(sys.modules["torch"].int16) if _library(a) == "torch" else a for a in ins]
         descs = [_as_bits(_Desc(a), "<u2") for a in ins_bits]
     else:
         descs = [_Desc(a) for a in ins]

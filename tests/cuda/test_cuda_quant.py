@@ -6,8 +6,10 @@ backends' by ulps in the transcendental ops, as the float kernels do), codes and
 table's ops (every op with MULTIACT_TEST_FULL=1) and swiglu, every granularity and target, float32, float16 and
 bfloat16 inputs, rows holding NaN, +-inf, -0, all zeros, values beyond the format's range, subnormal codes and
 scales that underflow to 2^-149; strided, non-mergeable and 0-d layouts; SimDeviceArrays (ml_dtypes codes)
-and Numba's own simulated arrays (uint8 codes).  The float8 conversion the kernels compile is also run on the
-host, on NumPy uint32 arrays, against ml_dtypes through ma.quantize with scale 1.
+and Numba's own simulated arrays (uint8 codes).  With MULTIACT_CUDA_REAL=1 (scripts/gpu_check.sh) the op, swiglu
+and error tests run on the GPU with Numba device arrays (codes and E8M0 scales as uint8 bits).  The float8
+conversion the kernels compile is also run on the host, on NumPy uint32 arrays, against ml_dtypes through
+ma.quantize with scale 1.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from multiact.optable import OPS
 cuda = pytest.importorskip("numba.cuda")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 OK, WHY = registry.availability("cuda")
-pytestmark = pytest.mark.skipif(not OK or os.environ.get("MULTIACT_CUDA_REAL") == "1",
-                                reason=f"cuda: {WHY}" if not OK else "simulator tests (SimDeviceArray inputs)")
+pytestmark = pytest.mark.skipif(not OK, reason=f"cuda: {WHY}")
+REAL = os.environ.get("MULTIACT_CUDA_REAL") == "1"  # scripts/gpu_check.sh: Numba device arrays on the GPU
+sim_only = pytest.mark.skipif(REAL, reason="SimDeviceArray layouts and FakeCUDAArray kinds: the simulator's")
 FULL = os.environ.get("MULTIACT_TEST_FULL") == "1"
 BF = np.dtype(ml_dtypes.bfloat16)
 
@@ -40,6 +43,8 @@ QUANTS = [ma.Quant("float8_e4m3fn", "tensor"), ma.Quant("float8_e4m3fn", "tensor
 
 
 def _dev(a: np.ndarray):
+    if REAL:
+        return cuda.to_device(np.ascontiguousarray(a))
     from multiact.backend.cuda_sim import to_device
 
     return to_device(a)
@@ -66,8 +71,8 @@ def _bits(a) -> np.ndarray:
 def _same(got, want, what: str) -> None:
     assert len(got) == len(want) == 2, what
     for g, w in zip(got, want, strict=True):
-        h = g.copy_to_host()
-        assert h.shape == w.shape and h.dtype == w.dtype, (what, h.shape, w.shape, h.dtype, w.dtype)
+        h = g.copy_to_host()  # on a GPU, Numba arrays: float8 codes and E8M0 scales as uint8 bits
+        assert h.shape == w.shape and (REAL or h.dtype == w.dtype), (what, h.shape, w.shape, h.dtype, w.dtype)
         np.testing.assert_array_equal(_bits(h), _bits(w), err_msg=what)
 
 
@@ -103,6 +108,7 @@ def test_swiglu_quantizes_on_the_device(dtype):
     _same(ma.swiglu(_dev(x), up=_dev(up), quant=q), ma.quantize(wy, q), "swiglu(x, up=)")
 
 
+@sim_only
 def test_layouts_strided_unmergeable_zero_d_and_empty():
     x = np.linspace(-4, 4, 3 * 4 * 128).astype(np.float32).reshape(3, 4, 128)
     d = _dev(x)
@@ -113,6 +119,9 @@ def test_layouts_strided_unmergeable_zero_d_and_empty():
         for dv, hv in cases:
             wy = ma.gelu(_dev(np.ascontiguousarray(hv))).copy_to_host()
             _same(ma.gelu(dv, quant=q), ma.quantize(wy, q), f"{hv.shape} {q}")
+    x64 = _x().astype(np.float64)  # float64 in: computed in float64, each result rounded once to float32
+    for q in (ma.Quant("float8_e5m2", "group", group_size=32), ma.Quant("int8", "tensor")):
+        _same(ma.silu(_dev(x64), quant=q), ma.quantize(ma.silu(_dev(x64)).copy_to_host(), q), f"float64 {q}")
     q = ma.Quant("float8_e4m3fn", "tensor")
     _same(ma.silu(_dev(np.float32(3.0)), quant=q), ma.quantize(ma.silu(_dev(np.float32(3.0))).copy_to_host(), q),
           "0-d")
@@ -121,6 +130,7 @@ def test_layouts_strided_unmergeable_zero_d_and_empty():
         _same(ma.relu(_dev(e), quant=q), ma.quantize(e, q), f"empty {q}")
 
 
+@sim_only
 def test_numba_arrays_get_uint8_codes_of_the_same_bits():
     x = _x()
     for q in (ma.Quant("float8_e5m2", "group", group_size=32), ma.Quant("float8_e4m3fn", "mx"),
