@@ -1959,7 +1959,7 @@ def _run_quant(fname: str, compute: str, nin: int, params: tuple, dtype: str, q:
             static = q.scale is not None
             if not static:
                 _zero_word()[1, 32, stream](word)
-                k = _quant_jit(fname, compute, nin, len(params), "amax", dtype, target, block)
+                k = _quant_jit(fname, compute, nin, len(params), "amax", dtype, "int8", block)  # no codes: one kernel
                 for offs, _ in launches:
                     k[_q_grid(rows * n, block), block, stream](*ins_args(offs), word, rows, n, *params)
             k = _quant_jit(fname, compute, nin, len(params), "apply", dtype, target, block)
