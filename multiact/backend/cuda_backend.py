@@ -38,6 +38,11 @@ threads on consecutive channels walking rows, for channels along the fastest axi
 stages in float64 (per-chunk partials, then per channel in a fixed order), so the result is the same from run
 to run.
 
+quant= (`quantized`, the call core's hook for device arrays): the forwards of the elementwise ops (not prelu) and of
+the gated family quantized in one pass on the device, bit for bit multiact.quant's contract on the float32 result:
+a warp per group or MX block, a block per row, or a tensor amax kernel and an apply pass (the section "quantized
+outputs" below); codes and scales come back as device arrays of the caller's library.
+
 Parameter gradients are reduced on the device in float64: swish's beta
 gradient is returned as a 0-d device array of x's dtype and kind (no host
 synchronisation; `float(g)` fetches it); prelu's weight gradient as a device
@@ -1469,9 +1474,6 @@ def _channel_param_grad(key: str) -> Callable:
     return grad
 
 
-# ---- every kernel the backend can launch, for compiling without a GPU ----------------------------------------------
-
-
 # ---- quantized outputs (quant=): the activation, the amax, the scale and the codes on the device ---------------
 # multiact.quant's contract, bit for bit, in float32 on the device.  The values are the family's forward formula
 # (the same device functions as the float kernels: the elementwise formula, or the gated family's forward) on
@@ -1481,7 +1483,7 @@ def _channel_param_grad(key: str) -> Callable:
 #   by W threads: W = 32 (a warp) for groups and MX blocks, several segments per block; W = the block for a row.
 #   The threads read their elements (strided over the segment) for max |v| (NaN wins), reduce it by warp shuffles
 #   (xor butterfly: every lane ends with the warp's amax) and, where W spans warps, through shared memory; every
-#   thread derives the same scale with multiquant's float32 operations; lane 0 stores it; the threads then
+#   thread derives the same scale with multiact.quant's float32 operations; lane 0 stores it; the threads then
 #   recompute their elements (rather than hold them: a row has any length) and store the codes.
 # - "amax" + "apply" (granularity tensor): a grid-stride max |v| per block into one int32 word (atomic max on the
 #   non-negative float32 bits: the order of float32 magnitudes, NaN above inf), then a grid-stride pass in which
@@ -1489,8 +1491,9 @@ def _channel_param_grad(key: str) -> Callable:
 # The float8 codes are float32 bits -> float8 bits by integer operations (numba-cuda has no float8 type):
 # round to nearest even, saturated to the largest finite value (PTX's satfinite), NaN kept; written as uint8.
 # The conversions are branch-free on uint32, so the very functions the kernels compile also run on NumPy uint32
-# arrays (tests/cuda/test_cuda_quant.py checks them against ml_dtypes on float32 bit patterns).  Under the simulator
-# (no warp shuffles there) the shuffle is a shared-memory exchange between the same lanes.
+# arrays (scripts/cuda_quant_bits_check.py checks them against ml_dtypes on all 2^32 float32 bit patterns, the
+# tests on 2^24 and the specials).  Under the simulator (no warp shuffles there) the shuffle is a shared-memory
+# exchange between the same lanes.
 
 _U = np.uint32
 _Q_ALL, _Q_ABS, _Q_INF, _Q_MANT, _Q_HID, _Q_EXP = (_U(0xFFFFFFFF), _U(0x7FFFFFFF), _U(0x7F800000), _U(0x007FFFFF),
@@ -1581,7 +1584,7 @@ def _u2f_host(u):
 
 
 def _q_scale(a, qmax, ub, lo, pow2):
-    """The float32 scale of amax a (multiquant's `_scales`): capped at ub, raised to lo, a / qmax, 1 for a = 0,
+    """The float32 scale of amax a (multiact.quant's `_scales`): capped at ub, raised to lo, a / qmax, 1 for a = 0,
     2^-149 for a quotient that underflows, rounded up to a power of two with pow2; NaN and inf propagate."""
     if a > ub:
         a = ub
@@ -1605,7 +1608,7 @@ def _q_scale(a, qmax, ub, lo, pow2):
 
 
 def _q_e8m0(amax, qmax, emax, floor_rule):
-    """MX's E8M0 scale bits of amax (multiquant's `_e8m0`): 2^ceil(log2(amax / qmax)) or
+    """MX's E8M0 scale bits of amax (multiact.quant's `_e8m0`): 2^ceil(log2(amax / qmax)) or
     2^(floor(log2 amax) - emax), clamped to [-127, 127]; 127 (scale 1) for amax 0, 255 (NaN) for NaN or inf."""
     if not amax < _FINF:
         return _Q255
@@ -1863,7 +1866,7 @@ def _q_view(lib_obj: Any, a: Any, name: str) -> Any:
 
 def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple[Any, Any] | None:
     """`ma.<op>(x, quant=Q)` on CUDA arrays, in one pass on the device (see the section's comment): (codes,
-    scales) as device arrays of the caller's library, bit for bit multiquant.quantize_host of the float32 result;
+    scales) as device arrays of the caller's library, bit for bit multiact.quant.quantize_host of the float32 result;
     None (not built here): backwards, the zero-point int8 form, bias_act and prelu."""
     if plan.direction != "forward" or not quant.symmetric:
         return None
@@ -1984,6 +1987,9 @@ def _q_grid(threads: int, block: int) -> int:
     if _simulating():
         return max(1, min(_SIM_GRID, -(-threads // block)))
     return max(1, min(-(-threads // block), _sms() * 32))
+
+
+# ---- every kernel the backend can launch, for compiling without a GPU ----------------------------------------------
 
 
 class Build(NamedTuple):
@@ -2126,4 +2132,5 @@ def builds() -> list[Build]:
     return out
 
 
-__all__ = ["NAME", "PRIORITY", "KINDS", "available", "info", "supports", "kernel", "empty_like", "builds"]
+__all__ = ["NAME", "PRIORITY", "KINDS", "available", "info", "supports", "kernel", "empty_like", "builds", "quantized",
+           "e4m3fn_bits", "e5m2_bits"]

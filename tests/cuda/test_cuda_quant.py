@@ -106,6 +106,9 @@ def test_swiglu_quantizes_on_the_device(dtype):
     wy = ma.swiglu(_dev(x.astype(np.float32)), up=_dev(up.astype(np.float32))).copy_to_host()
     q = ma.Quant("float8_e4m3fn", "group", group_size=64)
     _same(ma.swiglu(_dev(x), up=_dev(up), quant=q), ma.quantize(wy, q), "swiglu(x, up=)")
+    wy = ma.swiglu(_dev(x.astype(np.float32)), limit=7.0).copy_to_host()  # the clamped form: limit and shift
+    q = ma.Quant("float8_e5m2", "mx")
+    _same(ma.swiglu(_dev(x), limit=7.0, quant=q), ma.quantize(wy, q), "swiglu(x, limit=7)")
 
 
 @sim_only
