@@ -99,7 +99,8 @@ def test_ops_quantize_their_float32_result_on_the_device(name):
 def test_swiglu_quantizes_on_the_device(dtype):
     x = _x(dtype)  # gate | up halves of 64
     wy = ma.swiglu(_dev(x.astype(np.float32))).copy_to_host()
-    qs = QUANTS if FULL else [q for q in QUANTS if q.block in (None, 32)][::2]
+    fits = [q for q in QUANTS if (q.block or 0) <= x.shape[-1] // 2]  # the result's rows are 64 long
+    qs = fits if FULL else [q for q in fits if q.block in (None, 32)][::2]
     for q in qs:
         _same(ma.swiglu(_dev(x), quant=q), ma.quantize(wy, q), f"swiglu {dtype.__name__} {q}")
     up = _x(dtype)[:, ::-1].copy()
