@@ -65,8 +65,7 @@ def _quantized(plan: Plan) -> Any:
     if kind == "dask":
         return _quantized_dask(plan, q)
     if kind != "numpy":
-        raise TypeError(f"{fn}: quant= runs on host arrays (NumPy, torch CPU tensors) and Dask arrays in this "
-                        f"version; got {kind} arrays")
+        return _quantized_device(plan, q, kind)
     arrs = checks.host_arrays(fn, plan.arrays, plan.family.optional)
     job = plan.family.host(plan, arrs)
     plan.family.check(plan, job.dtype)
@@ -82,6 +81,28 @@ def _quantized(plan: Plan) -> Any:
     if isinstance(y, tuple):  # a backward with sums (bias_act_grad): dx quantized, db and dscale in float32
         return (Q.as_kind(Q.quantize_host(fn, y[0], q), like), *Q.as_kind(y[1:], like))
     return Q.as_kind(Q.quantize_host(fn, y, q), like)
+
+
+def _quantized_device(plan: Plan, q: Any, kind: str) -> Any:
+    """Device arrays (CUDA, NPU): the backend that owns their kind quantizes on the device, through its
+    `quantized(plan, job, kernel, dtype, quant)` (the host hook's form on the device job: codes and scales as
+    device arrays of the caller's library); a backend without it, or one that returns None (a case it does not
+    build), is a TypeError naming quant= and the array kind.  Nothing is copied to the host."""
+    fn = plan.fn
+    arrays_in = {n: a for n, a in plan.arrays.items() if a is not None or n not in plan.family.optional}
+    checks.device_arrays(fn, arrays_in)
+    job = plan.family.device(plan, arrays_in)
+    plan.family.check(plan, job.dtype)
+    dtype = str(job.dtype).replace("torch.", "")
+    mod, kernel = registry.resolve(plan.key, plan.direction, dtype, kind, plan.backend)
+    fused = getattr(mod, "quantized", None)
+    res = None if fused is None else fused(plan, job, kernel, dtype, q)
+    if res is None:
+        what = "has no quantized kernels" if fused is None else f"does not quantize this call ({plan.what} " \
+            f"{plan.direction}, {q.dtype} {q.granularity}{'' if q.symmetric else ' with a zero point'})"
+        raise TypeError(f"{fn}: quant= on {kind} arrays runs on the device, and backend {mod.NAME!r} {what}; "
+                        "copy the float result to the host and use ma.quantize instead")
+    return res
 
 
 def _widen(a: np.ndarray) -> np.ndarray:

@@ -146,7 +146,7 @@ def family_sample(builds: list) -> list:
     keys = list(dict.fromkeys(b.source for b in fam))
     wide = {b.source for b in fam if b.compute == "float64" and b.dtype != "float64"}
     pick = wide | set(keys[::3])
-    return representative([b for b in fam if b.source in pick]) + bias_act_sample(builds)
+    return representative([b for b in fam if b.source in pick]) + bias_act_sample(builds) + quant_sample(builds)
 
 
 # bias_act (issue 16): 360 kernels (every key x forward, backward, backward_y where it exists x dtype x layout:
@@ -161,6 +161,20 @@ BIAS_ACT_SAMPLE = ("bias_act:gelu.backward.float16.rows", "bias_act:sigmoid.back
 
 def bias_act_sample(builds: list) -> list:
     return [b for b in builds if b.family == "bias_act" and b.name in BIAS_ACT_SAMPLE]
+
+
+# quant= (issue 46): the quantizing kernels `builds()` lists (every elementwise forward formula's group kernel; for
+# silu every kind x target x input dtype; the gated family's group kernel per key); CI compiles these five: a
+# group kernel (warp shuffles, e4m3fn bits) in float32, a row kernel (shuffles and the cross-warp step, e5m2) on
+# bfloat16 bits, an MX kernel (E8M0) in float16, the tensor amax (int32 atomic max) and apply (int8) kernels, and
+# swiglu's group kernel; `--only quant: --family all` compiles all of them (results/cuda-ptx-quant.md).
+QUANT_SAMPLE = ("quant:silu.group32.float8_e4m3fn.float32.strided", "quant:silu.row.float8_e5m2.bfloat16.strided",
+                "quant:silu.mx.float8_e4m3fn.float16.strided", "quant:silu.amax.any.float16.strided",
+                "quant:silu.tensor.int8.float32.strided", "quant:gated:silu.group32.float8_e4m3fn.float16.strided")
+
+
+def quant_sample(builds: list) -> list:
+    return [b for b in builds if b.family == "quant" and b.name in QUANT_SAMPLE]
 
 
 def formula_functions(path: str) -> list[tuple[int, int, str]]:

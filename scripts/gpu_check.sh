@@ -11,7 +11,11 @@
 #      forward and backward, against a device-to-device copy and torch's own CUDA ops, as ratios
 #      (one process, so each kernel compiles once); then scripts/gpu_bench_bias_act.py at 16M: bias_act
 #      (gelu, relu) forward and backward, the transformer's dim=-1 on the rows kernels and forced onto the
-#      strided ones (their ratio), NCHW dim=1, against a copy and unfused torch;
+#      strided ones (their ratio), NCHW dim=1, against a copy and unfused torch; then
+#      scripts/gpu_bench_quant.py at 16M: quant= (silu, swiglu; float8_e4m3fn per token, group of 128,
+#      MX and tensor, int8 per token; bfloat16, float16) against a copy and the unfused torch
+#      composition (activation, amax, scale, divide, clamp, cast), its codes and scales checked first against
+#      ma.quantize of the float32 result;
 #   4. the host CPU's AVX-512: when it has AVX-512F and the native build has an avx512 ISA, the native
 #      tests forced to it and `multiact bench` avx2 against avx512; otherwise it says which is missing;
 #   5. `multiact check --backend cuda` (the user's command for step 2's suite), if time is left.
@@ -98,6 +102,8 @@ EOF
 
 step bias_bench 90 60 "$py" scripts/gpu_bench_bias_act.py --out "$raw/bench-bias_act" --n $((1 << 24))
 
+step quant_bench 90 30 "$py" scripts/gpu_bench_quant.py --out "$raw/bench-quant" --n $((1 << 24))
+
 # 4. AVX-512 on the host CPU
 step avx512 120 0 bash -s -- "$py" "$raw" <<'EOF'
 py=$1 raw=$2
@@ -147,6 +153,7 @@ for name in ("16M", "256M"):
     parts += [md.replace("# multiact cuda backend", f"### {name}: multiact cuda backend") if md else
               f"### {name}: no result (see gpu-check-raw/bench.log)", ""]
 parts += [read("bench-bias_act/gpu-bench-bias_act.md") or "### bias_act: no result (see gpu-check-raw/bias_bench.log)",
+          "", read("bench-quant/gpu-bench-quant.md") or "### quant=: no result (see gpu-check-raw/quant_bench.log)",
           ""]
 check = read("check-cuda.json")
 parts += ["## AVX-512 on the host CPU", "", "```", read("avx512.log").strip(), "```", "",

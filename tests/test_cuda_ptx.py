@@ -79,7 +79,9 @@ def test_a_sample_of_every_formula_and_variant_compiles_for_sm90_and_sm80(tmp_pa
     second = [r for r in sm90 if any(u.endswith(" backward2") for u in r["uses"])]  # backward2: a sample
     assert {r["source"] for r in second} == set(_report_module().BACKWARD2_SAMPLE) and len(second) == len(
         _report_module().BACKWARD2_SAMPLE)
-    elementwise = [r for r in sm90 if not r["source"].startswith(("gated:", "bias_act:")) and r not in second]
+    elementwise = [r for r in sm90 if not r["source"].startswith(("gated:", "bias_act:", "quant:")) and r not in second]
+    quant = {r["kernel"] for r in sm90 if r["source"].startswith("quant:")}
+    assert quant == set(_report_module().QUANT_SAMPLE), quant  # issue 46's quantizing kernels: the sample
     sources = {r["source"] for r in elementwise}
     assert len(elementwise) >= 2 * len(sources) - 5 and len(sources) > 50
     variants = {(r["layout"], r["dtype"]) for r in elementwise}

@@ -38,6 +38,11 @@ threads on consecutive channels walking rows, for channels along the fastest axi
 stages in float64 (per-chunk partials, then per channel in a fixed order), so the result is the same from run
 to run.
 
+quant= (`quantized`, the call core's hook for device arrays): the forwards of the elementwise ops (not prelu) and of
+the gated family quantized in one pass on the device, bit for bit multiact.quant's contract on the float32 result:
+a warp per group or MX block, a block per row, or a tensor amax kernel and an apply pass (the section "quantized
+outputs" below); codes and scales come back as device arrays of the caller's library.
+
 Parameter gradients are reduced on the device in float64: swish's beta
 gradient is returned as a 0-d device array of x's dtype and kind (no host
 synchronisation; `float(g)` fetches it); prelu's weight gradient as a device
@@ -1469,6 +1474,521 @@ def _channel_param_grad(key: str) -> Callable:
     return grad
 
 
+# ---- quantized outputs (quant=): the activation, the amax, the scale and the codes on the device ---------------
+# multiact.quant's contract, bit for bit, in float32 on the device.  The values are the family's forward formula
+# (the same device functions as the float kernels: the elementwise formula, or the gated family's forward) on
+# inputs loaded as they are (float16 / float32 widened in registers, bfloat16 by its bits << 16, float64 computed
+# in float64 and rounded once to float32).  Three kernels:
+# - "seg" (granularity token, group, mx): each segment (a row, a group of 32/64/128 or an MX block of 32) is taken
+#   by W threads: W = 32 (a warp) for groups and MX blocks, several segments per block; W = the block for a row.
+#   The threads read their elements (strided over the segment) for max |v| (NaN wins), reduce it by warp shuffles
+#   (xor butterfly: every lane ends with the warp's amax) and, where W spans warps, through shared memory; every
+#   thread derives the same scale with multiact.quant's float32 operations; lane 0 stores it; the threads then
+#   recompute their elements (rather than hold them: a row has any length) and store the codes.
+# - "amax" + "apply" (granularity tensor): a grid-stride max |v| per block into one int32 word (atomic max on the
+#   non-negative float32 bits: the order of float32 magnitudes, NaN above inf), then a grid-stride pass in which
+#   every thread derives the scale from that word (or takes the static scale) and stores its codes.
+# The float8 codes are float32 bits -> float8 bits by integer operations (numba-cuda has no float8 type):
+# round to nearest even, saturated to the largest finite value (PTX's satfinite), NaN kept; written as uint8.
+# The conversions are branch-free on uint32, so the very functions the kernels compile also run on NumPy uint32
+# arrays (scripts/cuda_quant_bits_check.py checks them against ml_dtypes on all 2^32 float32 bit patterns, the
+# tests on 2^24 and the specials).  Under the simulator (no warp shuffles there) the shuffle is a shared-memory
+# exchange between the same lanes.
+
+_U = np.uint32
+_Q_ALL, _Q_ABS, _Q_INF, _Q_MANT, _Q_HID, _Q_EXP = (_U(0xFFFFFFFF), _U(0x7FFFFFFF), _U(0x7F800000), _U(0x007FFFFF),
+                                                   _U(0x00800000), _U(0x7F800000))
+_Q0, _Q1, _Q7, _Q16, _Q20, _Q21, _Q23, _Q31 = (_U(0), _U(1), _U(7), _U(16), _U(20), _U(21), _U(23), _U(31))
+_Q127, _Q255 = _U(127), _U(255)
+_E4_MIN, _E4_SAT, _E4_LOW, _E4_BIAS, _E4_TOP = _U(0x3C800000), _U(0x43E00000), _U(0x7FFFF), _U(960), _U(120)
+_E4_SUB, _E4_MAXC, _E4_NAN = _U(141), _U(0x7E), _U(0x7F)
+_E5_MIN, _E5_SAT, _E5_LOW, _E5_BIAS, _E5_TOP = _U(0x38800000), _U(0x47600000), _U(0xFFFFF), _U(448), _U(112)
+_E5_SUB, _E5_MAXC, _E5_NAN = _U(134), _U(0x7B), _U(0x7E)
+_F0, _F1, _F127, _FM127 = np.float32(0), np.float32(1), np.float32(127), np.float32(-127)
+_FINF, _FNAN, _FMINNORM = np.float32(np.inf), np.float32(np.nan), np.float32(2.0 ** -126)
+_F2P64, _F2M64, _FMAGIC, _FTINY = np.float32(2.0 ** 64), np.float32(2.0 ** -64), np.float32(12582912.0), \
+    np.float32(2.0 ** -149)
+_I0, _I1, _I64, _I127, _IM127 = np.int32(0), np.int32(1), np.int32(64), np.int32(127), np.int32(-127)
+_E8M0_MIN = _U(0x00400000)  # 2^-127, E8M0's least scale, a float32 subnormal
+
+
+def _sel(c, x, y):
+    """x where c else y on uint32, without a branch (a select on the GPU, elementwise on NumPy arrays)."""
+    return y ^ ((x ^ y) & (np.uint32(c) * _Q_ALL))
+
+
+def e4m3fn_bits(u):
+    """float32 bits -> float8_e4m3fn bits: round to nearest even, saturated to +-448 (inf included), NaN kept
+    NaN with its sign.  The cuda kernels' conversion; runs on NumPy uint32 arrays as it is."""
+    a = u & _Q_ABS
+    an = _sel(a >= _E4_MIN, a, _E4_MIN)  # normal results: drop 20 mantissa bits with RNE, rebias 127 -> 7
+    nrm = ((an + _E4_LOW + ((an >> _Q20) & _Q1)) >> _Q20) - _E4_BIAS
+    e = _sel(a >= _E4_MIN, _E4_TOP, a >> _Q23)  # subnormal results: the significand >> (141 - e), RNE
+    sh = _sel(_E4_SUB - e > _Q31, _Q31, _E4_SUB - e)
+    m = (a & _Q_MANT) | _Q_HID
+    sub = (m + ((_Q1 << (sh - _Q1)) - _Q1) + ((m >> sh) & _Q1)) >> sh
+    mag = _sel(a >= _E4_MIN, nrm, sub)
+    mag = _sel(a >= _E4_SAT, _E4_MAXC, mag)
+    mag = _sel(a > _Q_INF, _E4_NAN, mag)
+    return ((u >> _Q31) << _Q7) | mag
+
+
+def e5m2_bits(u):
+    """float32 bits -> float8_e5m2 bits: round to nearest even, saturated to +-57344 (inf included), NaN kept
+    NaN (0x7E with its sign).  The cuda kernels' conversion; runs on NumPy uint32 arrays as it is."""
+    a = u & _Q_ABS
+    an = _sel(a >= _E5_MIN, a, _E5_MIN)  # normal results: drop 21 mantissa bits with RNE, rebias 127 -> 15
+    nrm = ((an + _E5_LOW + ((an >> _Q21) & _Q1)) >> _Q21) - _E5_BIAS
+    e = _sel(a >= _E5_MIN, _E5_TOP, a >> _Q23)  # subnormal results: the significand >> (134 - e), RNE
+    sh = _sel(_E5_SUB - e > _Q31, _Q31, _E5_SUB - e)
+    m = (a & _Q_MANT) | _Q_HID
+    sub = (m + ((_Q1 << (sh - _Q1)) - _Q1) + ((m >> sh) & _Q1)) >> sh
+    mag = _sel(a >= _E5_MIN, nrm, sub)
+    mag = _sel(a >= _E5_SAT, _E5_MAXC, mag)
+    mag = _sel(a > _Q_INF, _E5_NAN, mag)
+    return ((u >> _Q31) << _Q7) | mag
+
+
+def _int8_code(r):
+    """A float32 quotient -> the int8 code's value: clipped to +-127, RNE (the 1.5 * 2^23 trick), NaN 0."""
+    if r != r:
+        return _I0
+    if r > _F127:
+        r = _F127
+    if r < _FM127:
+        r = _FM127
+    return np.int32((r + _FMAGIC) - _FMAGIC)
+
+
+def _nanmax(m, a):
+    """max(m, a) where a NaN wins and stays."""
+    if a > m or a != a:
+        return a
+    return m
+
+
+def _f2u_gpu(x):
+    return np.uint32(libdevice.float_as_int(x))  # noqa: F821 - the namespace of _quant_ns
+
+
+def _u2f_gpu(u):
+    return libdevice.int_as_float(np.int32(u))  # noqa: F821
+
+
+def _f2u_host(x):
+    return np.float32(x).view(np.uint32)
+
+
+def _u2f_host(u):
+    return np.uint32(u).view(np.float32)
+
+
+def _q_scale(a, qmax, ub, lo, pow2):
+    """The float32 scale of amax a (multiact.quant's `_scales`): capped at ub, raised to lo, a / qmax, 1 for a = 0,
+    2^-149 for a quotient that underflows, rounded up to a power of two with pow2; NaN and inf propagate."""
+    if a > ub:
+        a = ub
+    if a < lo:
+        a = lo
+    if a == _F0:
+        return _F1
+    s = a / qmax
+    if s == _F0:
+        s = _FTINY
+    if pow2 != 0 and s < _FINF:
+        k = _F1
+        if s < _FMINNORM:  # a subnormal scale: scaled into the normal range exactly, and back
+            s = s * _F2P64
+            k = _F2M64
+        b = f2u(s)  # noqa: F821
+        if (b & _Q_MANT) != _Q0:
+            b = (b & _Q_EXP) + _Q_HID
+        s = u2f(b) * k  # noqa: F821
+    return s
+
+
+def _q_e8m0(amax, qmax, emax, floor_rule):
+    """MX's E8M0 scale bits of amax (multiact.quant's `_e8m0`): 2^ceil(log2(amax / qmax)) or
+    2^(floor(log2 amax) - emax), clamped to [-127, 127]; 127 (scale 1) for amax 0, 255 (NaN) for NaN or inf."""
+    if not amax < _FINF:
+        return _Q255
+    if amax == _F0:
+        return _Q127
+    x = amax
+    if floor_rule == 0:
+        x = amax / qmax
+    e = _IM127
+    if x != _F0:
+        k = _I0
+        if x < _FMINNORM:
+            x = x * _F2P64
+            k = _I64
+        b = f2u(x)  # noqa: F821
+        e = np.int32(b >> _Q23) - _I127 - k
+        if floor_rule == 0 and (b & _Q_MANT) != _Q0:
+            e = e + _I1
+    if floor_rule != 0:
+        e = e - emax
+    if e < _IM127:
+        e = _IM127
+    if e > _I127:
+        e = _I127
+    return np.uint32(e + _I127)
+
+
+def _e8m0_value(bits):
+    """The float32 value of E8M0 bits (2^(bits - 127); 255 is NaN)."""
+    if bits == _Q255:
+        return _FNAN
+    if bits == _Q0:
+        return u2f(_E8M0_MIN)  # noqa: F821
+    return u2f(bits << _Q23)  # noqa: F821
+
+
+_QUANT_HELPERS = (_sel, e4m3fn_bits, e5m2_bits, _int8_code, _nanmax, _q_scale, _q_e8m0, _e8m0_value)
+_Q_TARGETS = ("float8_e4m3fn", "float8_e5m2", "int8")
+
+
+@cache
+def _quant_ns() -> dict[str, Any]:
+    """The helpers as inlined device functions, in one namespace (each calls the others' device versions)."""
+    from types import FunctionType
+
+    from numba import cuda
+
+    jit = cuda.jit(device=True, inline="always")
+    g: dict[str, Any] = {k: v for k, v in globals().items() if k.startswith(("_Q", "_E4", "_E5", "_F", "_I", "_E8"))}
+    g["np"] = np
+    if _simulating():
+        g["f2u"], g["u2f"] = jit(_f2u_host), jit(_u2f_host)
+    else:
+        from numba.cuda import libdevice
+
+        g["libdevice"] = libdevice
+        for name, fn in (("f2u", _f2u_gpu), ("u2f", _u2f_gpu)):
+            g[name] = jit(FunctionType(fn.__code__, g, name))
+    for fn in _QUANT_HELPERS:  # under its own name (the helpers call each other so) and without the underscore
+        g[fn.__name__] = g[fn.__name__.lstrip("_")] = jit(FunctionType(fn.__code__, g, fn.__name__))
+    g["conv"] = {"float8_e4m3fn": g["e4m3fn_bits"], "float8_e5m2": g["e5m2_bits"]}
+    return g
+
+
+def _q_load(k: int, bf16: bool, at: str) -> str:
+    """An input's element as the compute type (bfloat16: its bits << 16 as float32)."""
+    if bf16:
+        return f"u2f(np.uint32(u{k}[{at}]) << Q16)"
+    return f"T(u{k}[{at}])"
+
+
+def _q_reduce(block: int, width: int, sim: bool, pad: str) -> list[str]:
+    """m: the amax of the W = width threads of a segment, in every one of them (xor butterfly in the warp,
+    then the warps of a wider segment through shared memory)."""
+    out = []
+    for k in (16, 8, 4, 2, 1):
+        if sim:  # no shuffles in the simulator: the same exchange through shared memory
+            out += ["red[tid] = m", "cuda.syncthreads()", f"m = nanmax(m, red[tid ^ {k}])", "cuda.syncthreads()"]
+        else:
+            out += [f"m = nanmax(m, cuda.shfl_xor_sync(0xFFFFFFFF, m, {k}))"]
+    if width > 32:
+        nw = width // 32
+        out += ["if tid % 32 == 0:", "    wred[tid // 32] = m", "cuda.syncthreads()",
+                f"m = wred[sub * {nw}]"] + [f"m = nanmax(m, wred[sub * {nw} + {w}])" for w in range(1, nw)] + \
+            ["cuda.syncthreads()"]
+    return [pad + line for line in out]
+
+
+def _quant_source(kind: str, nin: int, nparams: int, bf16: bool, target: str, block: int, width: int,
+                  sim: bool) -> str:
+    """One quantizing kernel: kind "seg" (token / group) or "mx" (`width` threads per segment), "amax" or "apply"
+    (tensor).  Inputs are flat base arrays with an offset, a row stride and a column stride (rows x n)."""
+    ins = ", ".join(f"u{k}, o{k}, rs{k}, cs{k}" for k in range(nin))
+    ps = ", ".join(f"p{k}" for k in range(nparams))
+    vals = ", ".join(_q_load(k, bf16, f"o{k} + row * rs{k} + col * cs{k}") for k in range(nin))
+    value = f"F32(f({vals}, {ps}))"
+    if target == "int8":
+        store = "codes[{at}] = int8_code(v / s)"
+    else:
+        store = "codes[{at}] = conv(f2u(v / s))"
+    head = ["    tid = cuda.threadIdx.x",
+            f"    red = cuda.shared.array({block}, np.float32)",
+            f"    wred = cuda.shared.array({max(block // 32, 1)}, np.float32)"]
+    if kind in ("seg", "mx"):
+        spb = block // width
+        if kind == "mx":
+            scale = ["            bits = q_e8m0(m, qmax, emax, rule)", "            s = e8m0_value(bits)",
+                     "            if lane == 0:", "                scales[(rb + row) * spr + (seg - row * spr)] = bits"]
+        else:
+            scale = ["            s = q_scale(m, qmax, ub, lo, pow2)", "            if lane == 0:",
+                     "                scales[(rb + row) * spr + (seg - row * spr)] = s"]
+        lines = [f"def kern({ins}, codes, scales, rows, n, g, spr, rb, {ps}, qmax, ub, lo, pow2, emax, rule):",
+                 *head,
+                 f"    lane = tid % {width}", f"    sub = tid // {width}", "    nseg = rows * spr",
+                 f"    for base in range(cuda.blockIdx.x * {spb}, nseg, cuda.gridDim.x * {spb}):",
+                 "        seg = base + sub", "        live = seg < nseg",
+                 "        row = seg // spr", "        first = (seg - row * spr) * g", "        m = Z",
+                 "        if live:", f"            for j in range(lane, g, {width}):",
+                 "                col = first + j", f"                m = nanmax(m, abs({value}))",
+                 *_q_reduce(block, width, sim, "        "),
+                 "        if live:", *scale,
+                 f"            for j in range(lane, g, {width}):", "                col = first + j",
+                 f"                v = {value}",
+                 "                " + store.format(at="(rb + row) * n + col")]
+    elif kind == "amax":
+        lines = [f"def kern({ins}, word, rows, n, {ps}):", *head, "    sub = 0", "    m = Z",
+                 "    for i in range(cuda.grid(1), rows * n, cuda.gridsize(1)):", "        row = i // n",
+                 "        col = i - row * n", f"        m = nanmax(m, abs({value}))",
+                 *_q_reduce(block, block, sim, "    "),
+                 "    if tid == 0:", "        cuda.atomic.max(word, 0, np.int32(f2u(m) & Q_ABS))"]
+    else:
+        lines = [f"def kern({ins}, codes, scales, word, rows, n, rb, {ps}, qmax, ub, lo, pow2, sfix, static):",
+                 "    if static != 0:", "        s = sfix", "    else:",
+                 "        s = q_scale(u2f(np.uint32(word[0])), qmax, ub, lo, pow2)",
+                 "    if cuda.grid(1) == 0 and rb == 0:", "        scales[0] = s",
+                 "    for i in range(cuda.grid(1), rows * n, cuda.gridsize(1)):", "        row = i // n",
+                 "        col = i - row * n", f"        v = {value}", "        " + store.format(at="rb * n + i")]
+    return "\n".join(lines) + "\n"
+
+
+def _quant_formula(key: str, p: dict | None, dtype: str) -> tuple[Any, str, tuple, str] | None:
+    """(device function, compute type, its scalar parameters, a name for it) of a forward the quantizing kernels
+    take: an elementwise op's formula, or the gated family's forward; None where there is none here.  p None: the
+    kernel's form only (zeros for the parameters, what builds() needs)."""
+    if key in _FAMILY_KEYS:
+        if _FAMILY_KEYS[key][0].name != "gated" or _F.family_formulas(key) is None:
+            return None
+        compute = _family_compute(key, "forward", "float32" if dtype == "bfloat16" else dtype)
+        return (_family_formulas(key, compute).forward, compute,
+                (0.0,) * 4 if p is None else _F.family_params(key, p, dtype), key)
+    if key not in _KEYS or _KEYS[key].defn.array_param or (key, "forward") not in _F.TABLE:
+        return None
+    compute = _compute(key, "forward", "float32" if dtype == "bfloat16" else dtype)
+    name = _F.TABLE[(key, "forward")] if p is None else _F.formula_name(key, "forward", p)
+    return getattr(_formulas(compute), name), compute, (0.0, 0.0) if p is None else _F.scalar_params(key, p, dtype), \
+        name
+
+
+@cache
+def _quant_py(fname: str, compute: str, nin: int, nparams: int, kind: str, dtype: str, target: str,
+              width: int) -> Callable:
+    """A quantizing kernel as a Python function (what cuda.jit and compile_ptx compile); `fname` names the
+    formula: an elementwise formula's name, or a gated key."""
+    from numba import cuda
+
+    sim = _simulating()
+    block = (2 * _SIM_BLOCK) if sim else _BLOCK
+    if fname in _FAMILY_KEYS:
+        f = _family_formulas(fname, compute).forward
+    else:
+        f = getattr(_formulas(compute), fname)
+    g = dict(_quant_ns())
+    t = np.float64 if compute == "float64" else np.float32
+    g.update(cuda=cuda, f=f, T=t, F32=np.float32, Z=np.float32(0), Q16=_Q16, Q0=_Q0, Q_ABS=_Q_ABS,
+             conv=g["conv"].get(target))
+    src = _quant_source(kind, nin, nparams, dtype == "bfloat16", target, block, width, sim)
+    exec(compile(src, f"<multiact cuda quant {kind} {fname} {dtype} {target}>", "exec"), g)
+    return g["kern"]
+
+
+@cache
+def _quant_jit(*args: Any) -> Any:
+    from numba import cuda
+
+    return cuda.jit(_quant_py(*args))
+
+
+def _quant_arg_types(kind: str, nin: int, nparams: int, dtype: str, target: str) -> tuple:
+    """The numba types of a quantizing launch (what `_run_quant` passes)."""
+    from numba import types
+
+    data = types.uint16 if dtype == "bfloat16" else getattr(types, dtype)
+    arr = types.Array(data, 1, "C")
+    i64, f32, f64, i32 = types.int64, types.float32, types.float64, types.int32
+    ins = (arr, i64, i64, i64) * nin
+    codes = types.Array(types.int8 if target == "int8" else types.uint8, 1, "C")
+    word = types.Array(types.int32, 1, "C")
+    if kind in ("seg", "mx"):
+        scales = types.Array(types.uint8 if kind == "mx" else f32, 1, "C")
+        return ins + (codes, scales, i64, i64, i64, i64, i64) + (f64,) * nparams + (f32, f32, f32, i32, i32, i32)
+    if kind == "amax":
+        return ins + (word, i64, i64) + (f64,) * nparams
+    return ins + (codes, types.Array(f32, 1, "C"), word, i64, i64, i64) + (f64,) * nparams + \
+        (f32, f32, f32, i32, f32, i32)
+
+
+@lru_cache(maxsize=1)
+def _zero_word_py() -> Callable:
+    """word[0] = 0 (the tensor amax's int32 word), as a Python function."""
+    from numba import cuda
+
+    g = {"cuda": cuda}
+    exec(compile("def zero(word):\n    if cuda.grid(1) == 0:\n        word[0] = 0\n", "<multiact cuda zero>",
+                 "exec"), g)
+    return g["zero"]
+
+
+@lru_cache(maxsize=1)
+def _zero_word() -> Any:
+    from numba import cuda
+
+    return cuda.jit(_zero_word_py())
+
+
+def _q_rows(descs: list[_Desc], shape: tuple[int, ...]) -> tuple[list[int], list[list[int]], int]:
+    """The leading dims (all but the last) merged in C order where every input allows: (outer dims, per-input
+    outer strides, rows of the last merged dim) with each input's row stride last in its list."""
+    lead = list(shape[:-1]) or [1]
+    sts = [list(d.strides[:-1]) or [0] for d in descs]
+    k = len(lead) - 1
+    while k > 0:
+        if lead[k] == 1 or lead[k - 1] == 1 or all(st[k - 1] == st[k] * lead[k] for st in sts):
+            keep = k - 1 if lead[k] == 1 else k  # a unit dim's stride does not matter
+            for st in sts:
+                st[k - 1] = st[keep]
+                del st[k]
+            lead[k - 1] *= lead[k]
+            del lead[k]
+        k -= 1
+    return lead, sts, lead[-1]
+
+
+def _q_view(lib_obj: Any, a: Any, name: str) -> Any:
+    """Codes or E8M0 scales (uint8 bits) as the caller's library names them: torch float8 tensors, ml_dtypes
+    arrays under the simulator; CuPy and Numba have no float8 type: uint8 bits."""
+    lib = _library(lib_obj)
+    if lib == "torch":
+        return a.view(getattr(sys.modules["torch"], name))
+    if lib == "sim":
+        import ml_dtypes
+
+        return a.view(getattr(ml_dtypes, name))
+    return a
+
+
+def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple[Any, Any] | None:
+    """`ma.<op>(x, quant=Q)` on CUDA arrays, in one pass on the device (see the section's comment): (codes,
+    scales) as device arrays of the caller's library, bit for bit multiact.quant.quantize_host of the float32 result;
+    None (not built here): backwards, the zero-point int8 form, bias_act and prelu."""
+    if plan.direction != "forward" or not quant.symmetric:
+        return None
+    got = _quant_formula(plan.key, job.p, dtype)
+    if got is None:
+        return None
+    f, compute, params, fname = got
+    captured: list[Any] = []
+    job.run(lambda *a: captured.extend(a), [None])
+    ins = [a for a in captured[:-1]]
+    fn = plan.fn
+    shape = tuple(job.results[0].shape)
+    q = quant
+    if q.granularity != "tensor":
+        if not shape:
+            raise ValueError(f"{fn}: granularity {q.granularity!r} needs an array with a last axis, got a 0-d one")
+        n = shape[-1]
+        g = q.block or n
+        if g == 0 or n % g:
+            raise ValueError(f"{fn}: the last axis ({n}) must be a multiple of the group size ({g}) for granularity "
+                             f"{q.granularity!r}")
+    like = ins[0]
+    if dtype == "bfloat16":  # its bits (a torch bfloat16 tensor has no array interface: its int16 view has)
+        ins_bits = [a.detach().view(sys.modules["torch"].int16) if _library(a) == "torch" else a for a in ins]
+        descs = [_as_bits(_Desc(a), "<u2") for a in ins_bits]
+    else:
+        descs = [_Desc(a) for a in ins]
+    nin = len(descs)
+    code_dt = np.int8 if q.dtype == "int8" else np.uint8
+    codes = _empty(like, shape, code_dt)
+    mx = q.granularity == "mx"
+    if q.granularity == "tensor":
+        sshape: tuple[int, ...] = ()
+    else:
+        sshape = shape[:-1] + (shape[-1] // (q.block or shape[-1]),)
+    f32 = np.float32
+    if not math.prod(shape):  # nothing to read: a tensor's scale is the static one, or 1 (the amax of nothing is 0)
+        scales = _upload(np.full(sshape, f32(q.scale or 1), np.uint8 if mx else f32), like) if not sshape \
+            else _empty(like, sshape, np.uint8 if mx else f32)
+    else:
+        scales = _empty(like, sshape, np.uint8 if mx else f32)
+        _run_quant(fname, compute, nin, params, dtype, q, descs, shape, codes, scales,
+                   (f32(q.qmax), f32(np.inf if q.scale_ub is None else q.scale_ub),
+                    f32(0 if q.amax_floor is None else q.amax_floor), np.int32(q.pow2)), like)
+    if q.dtype != "int8":
+        codes = _q_view(like, codes, q.dtype)
+    if mx:
+        scales = _q_view(like, scales, "float8_e8m0fnu")
+    return codes, scales
+
+
+def _run_quant(fname: str, compute: str, nin: int, params: tuple, dtype: str, q: Any, descs: list[_Desc],
+               shape: tuple[int, ...], codes: Any, scales: Any, qargs: tuple, like: Any) -> None:
+    """Launch the quantizing kernels over descs (rows x n after merging leading dims; one launch per index of
+    the dims that do not merge) into codes and scales."""
+    sim = _simulating()
+    block = (2 * _SIM_BLOCK) if sim else _BLOCK
+    n = shape[-1] if shape else 1
+    total = math.prod(shape)
+    eshape = shape if shape else (1,)
+    descs = [_view(d, eshape, list(d.strides) if d.strides else [0]) for d in descs]
+    outer, sts, rows = _q_rows(descs, eshape)
+    cd, sd = _Desc(codes), _Desc(scales)
+    nsc = max(math.prod(sd.shape), 1)
+    with _OnDevice(like), _quiet():
+        stream = _stream_for(descs)
+        cflat = _flat(cd, cd.ptr, total)
+        sflat = _flat(sd, sd.ptr, nsc)
+        # each input: one flat base array over all it touches (negative strides included)
+        bases, offs0 = [], []
+        for d in descs:
+            lo = sum((m - 1) * s for m, s in zip(eshape, d.strides, strict=True) if s < 0)
+            hi = sum((m - 1) * s for m, s in zip(eshape, d.strides, strict=True) if s > 0)
+            bases.append(_flat(d, d.ptr + lo * d.dtype.itemsize, hi - lo + 1))
+            offs0.append(-lo)
+        launches = []  # (input offsets, first row) per index of the outer dims beyond the last
+        for idx in np.ndindex(*outer[:-1]):
+            offs = [o + sum(i * s for i, s in zip(idx, st[:-1], strict=False))
+                    for o, st in zip(offs0, sts, strict=True)]
+            first = (int(np.ravel_multi_index(idx, outer[:-1])) if idx else 0) * rows
+            launches.append((offs, first))
+        def ins_args(offs: list[int]) -> list[Any]:
+            args: list[Any] = []
+            for k in range(nin):
+                args += [bases[k], offs[k], sts[k][-1], descs[k].strides[-1] if shape else 0]
+            return args
+
+        target = q.dtype
+        if q.granularity == "tensor":
+            word_arr = _empty(like, (1,), np.int32)
+            wd = _Desc(word_arr)
+            word = _flat(wd, wd.ptr, 1)
+            static = q.scale is not None
+            if not static:
+                _zero_word()[1, 32, stream](word)
+                k = _quant_jit(fname, compute, nin, len(params), "amax", dtype, "int8", block)  # no codes: one kernel
+                for offs, _ in launches:
+                    k[_q_grid(rows * n, block), block, stream](*ins_args(offs), word, rows, n, *params)
+            k = _quant_jit(fname, compute, nin, len(params), "apply", dtype, target, block)
+            for offs, first in launches:
+                k[_q_grid(rows * n, block), block, stream](
+                    *ins_args(offs), cflat, sflat, word, rows, n, first, *params, *qargs,
+                    np.float32(q.scale or 0), np.int32(static))
+            return
+        g = q.block or n
+        spr = n // g
+        width = 32 if q.block else block
+        kind = "mx" if q.granularity == "mx" else "seg"
+        emax = {"float8_e4m3fn": 8, "float8_e5m2": 15}.get(q.dtype, 0)
+        k = _quant_jit(fname, compute, nin, len(params), kind, dtype, target, width)
+        for offs, first in launches:
+            k[_q_grid(rows * spr * width, block), block, stream](
+                *ins_args(offs), cflat, sflat, rows, n, g, spr, first, *params, *qargs, np.int32(emax),
+                np.int32(q.rule == "floor"))
+
+
+def _q_grid(threads: int, block: int) -> int:
+    if _simulating():
+        return max(1, min(_SIM_GRID, -(-threads // block)))
+    return max(1, min(-(-threads // block), _sms() * 32))
+
+
 # ---- every kernel the backend can launch, for compiling without a GPU ----------------------------------------------
 
 
@@ -1524,6 +2044,41 @@ def _reduction_types(dtype: str) -> tuple:
     return (arr, i64, t4, arr, i64, t4, acc, i64, t4, t4, types.float64)
 
 
+def _quant_builds() -> list[Build]:
+    """The quantizing kernels (quant=): every elementwise forward formula's group kernel (float32 data, e4m3fn);
+    for silu every kind (group, row, MX, tensor amax and apply) x target x input dtype; the gated family's group
+    kernel for every gated key in float16 data."""
+    from numba import types  # noqa: F401 - _quant_arg_types imports it too
+
+    picks: list[tuple[str, str, str, str, int]] = []  # (key, kind, dtype, target, width)
+    for key in _KEYS:
+        if _quant_formula(key, None, "float32") is not None:
+            picks.append((key, "seg", "float32", "float8_e4m3fn", 32))
+    for dtype, target in itertools.product(("float16", "float32", "bfloat16", "float64"), _Q_TARGETS):
+        picks += [("silu", "seg", dtype, target, 32), ("silu", "seg", dtype, target, _BLOCK),
+                  ("silu", "apply", dtype, target, _BLOCK)]
+        if target != "int8":
+            picks.append(("silu", "mx", dtype, target, 32))
+        if target == "int8":
+            picks.append(("silu", "amax", dtype, target, _BLOCK))
+    picks += [(key, "seg", "float16", "float8_e4m3fn", 32) for key in _FAMILY_KEYS
+              if _quant_formula(key, None, "float16")]
+    out, seen = [], set()
+    for key, kind, dtype, target, width in picks:
+        _, compute, params, fname = _quant_formula(key, None, dtype)
+        nin = 2 if key in _FAMILY_KEYS else 1
+        args = (fname, compute, nin, len(params), kind, dtype, target, width)
+        tag = {"seg": f"group{width}" if width == 32 else "row", "mx": "mx", "amax": "amax", "apply": "tensor"}[kind]
+        name = f"quant:{fname}.{tag}.{'any' if kind == 'amax' else target}.{dtype}.strided"
+        if name in seen:
+            continue
+        seen.add(name)
+        out.append(Build(name, f"quant:{fname}.{tag}", "strided", dtype, compute, (f"{key} forward quant=",),
+                         _quant_py(*args), _quant_arg_types(kind, nin, len(params), dtype, target),
+                         lambda args=args: _quant_jit(*args), family="quant"))
+    return out
+
+
 def builds() -> list[Build]:
     """Every kernel this backend can launch (each formula x inputs x layout x dtype, the reductions, the
     gated and bias_act families, fill and cast), for `cuda.compile_ptx` on a machine without a GPU
@@ -1566,6 +2121,7 @@ def builds() -> list[Build]:
         out.append(Build(f"bias_act_db_sums.{dtype}.contiguous", "bias_act_db_sums", "contiguous", dtype, "float64",
                          ("bias_act backward", "bias_act backward_y"), _bias_sums_py(), _bias_sums_types(dtype),
                          _bias_sums_jit))
+    out += _quant_builds()
     acc = types.Array(types.float64, 1, "C")
     fill, cast = _fill_cast_py()
     out.append(Build("fill.float64.contiguous", "fill", "contiguous", "float64", "float64", ("param_grad",), fill,
@@ -1576,4 +2132,5 @@ def builds() -> list[Build]:
     return out
 
 
-__all__ = ["NAME", "PRIORITY", "KINDS", "available", "info", "supports", "kernel", "empty_like", "builds"]
+__all__ = ["NAME", "PRIORITY", "KINDS", "available", "info", "supports", "kernel", "empty_like", "builds", "quantized",
+           "e4m3fn_bits", "e5m2_bits"]

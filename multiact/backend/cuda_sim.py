@@ -71,6 +71,10 @@ class SimDeviceArray:
     def copy_to_host(self) -> np.ndarray:
         return self._a.copy()
 
+    def view(self, dtype: Any) -> SimDeviceArray:
+        """The same memory as another dtype of the same size (quantized codes: uint8 bits as float8)."""
+        return SimDeviceArray(self._a.view(dtype))
+
     def reshape(self, *shape: Any) -> SimDeviceArray:
         return SimDeviceArray(self._a.reshape(*shape))
 
