@@ -779,9 +779,9 @@ def mish_parts(x):
 
 @_formula(("mish", "forward"))
 def mish(x, a, b):
-    if CPU64:  # numba's CPU build: tanh(softplus(x)) as mish_parts' rational form in float64, e = e^-|x| from the
-        # float64 exp, one rounding (the float32 form's roundings reached 4.3 ulp at x = -3.24: issue 44)
-        e = exp64_hl(-abs(D(clampbig(x))), ZERO_D)
+    if CPU64:  # numba's CPU build: tanh(softplus(x)) as mish_parts' rational form in float64 from e = e^-|x| within
+        # a float32 ulp, one rounding (the float32 form's roundings reached 4.3 ulp at x = -3.24: issue 44)
+        e = exp64_hl(-abs(clampbig(x)), ZERO)
         m = e * (e + e) if x >= ZERO else e * (e + (ONE_D + ONE_D))
         t = (ONE_D + (e + e)) / (ONE_D + (e + e) + m) if x >= ZERO else m / (m + (ONE_D + ONE_D))
         return ZERO if t == ZERO_D else T(D(x) * t)
