@@ -69,3 +69,10 @@ def test_in_place_allocates_nothing_result_sized(op):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < x.nbytes // 4, f"{op} in place peaked at {peak} bytes"
+
+
+def test_backends_state_whether_their_threads_follow_the_callers_denormal_mode():
+    """Issue 44 item 4: numba's and ONNX Runtime's threads do not take the caller's FTZ/DAZ mode yet; say so."""
+    for b in ma.backends():
+        if b.available and b.name in ("numba", "onnxruntime"):
+            assert "flush-to-zero" in b.details["denormals"], b.name

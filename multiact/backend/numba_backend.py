@@ -136,6 +136,10 @@ def info() -> dict[str, Any]:
         "threading_layer": _started_layer() or f"not started (NUMBA_THREADING_LAYER={numba.config.THREADING_LAYER})",
         "fork": _fork_behaviour(),
         "cache": f"on: {where}" if cached else f"off: {where}",
+        # issue 44, item 4: not yet made to follow the caller (native's pool does)
+        "denormals": "the worker threads keep their own flush-to-zero / denormals-are-zero mode, not the caller's: "
+                     "after torch.set_flush_denormal(True) a subnormal result can depend on the thread that "
+                     "computed it",
     }
 
 
