@@ -36,10 +36,11 @@ PLOT_KEY = "multiact-source-sha256"  # the PNG text chunk naming the run a plot 
 COMMITTED = {
     "results/accuracy-f16-exhaustive-avx512.txt": "2026-12-02",
     "results/accuracy-f16-exhaustive.txt": "2026-12-07",
-    "results/accuracy-f32-dense-avx2.txt": "2026-12-01",
+    "results/accuracy-f32-dense-avx2.txt": "2026-12-07",
+    "results/accuracy-f32-dense-avx512.txt": "2026-12-07",
     "results/accuracy-f32-dense-neon.txt": "2026-12-02",
     "results/accuracy-f32-dense-numba.txt": "2026-12-07",
-    "results/accuracy-f32-dense-scalar.txt": "2026-12-01",
+    "results/accuracy-f32-dense-scalar.txt": "2026-12-07",
     "results/accuracy-f32-exhaustive.json": "2026-12-02",
     "results/accuracy-f32-subset-avx2.txt": "2026-12-07",
     "results/accuracy-f32-subset-avx512.txt": "2026-12-07",
