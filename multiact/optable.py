@@ -60,9 +60,11 @@ def value_key(v: Any) -> Any:
 class Tolerance:
     """Accuracy bound against the float64 reference.
 
-    |got - ref| <= ulp * spacing(ref) + atol * eps * scale, where scale is |dy|
-    for a backward (derivatives that cross zero away from a kink cannot be
-    relatively accurate there) and |x| for a forward that cancels.
+    |got - ref| <= ulp * spacing(ref) + atol * eps * scale, where scale is |x| for a
+    forward that cancels, and for a backward |dy| (|g| + |x g'|) only around a zero
+    crossing of f' = g + x g' (g = f / x), where its two terms cancel and no kernel
+    is relatively accurate; elsewhere a backward's bound is relative
+    (`consistency.crossings` derives the crossings from the references).
     """
 
     ulp32: float = 6.0
@@ -291,7 +293,8 @@ def _scaled_arg(k: float | str) -> Callable[[np.ndarray, Mapping[str, Any]], np.
 
 
 def _crosses_zero(cond=None) -> Tolerance:
-    """x * gate(x): the derivative crosses zero away from a kink, so |dy| sets an absolute floor."""
+    """x * gate(x): the derivative crosses zero away from a kink, so around the crossing (where its terms
+    cancel) |dy| times the terms' size sets an absolute floor."""
     return Tolerance(ulp32=8, ulp64=8, bwd_atol=8, cond=cond)
 
 

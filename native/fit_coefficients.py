@@ -231,6 +231,22 @@ def _m_erfc(G, hi):
             f"(float32 t and Horner, no FMA; {x.size} points)")
 
 
+def _mish_grad(mp, x):
+    """mish'(x) = tanh(sp) + x sech^2(sp) sigmoid(x), sp = log(1 + e^x)."""
+    t = mp.tanh(mp.log1p(mp.exp(x)))
+    return t + x * (1 - t * t) / (1 + mp.exp(-x))
+
+
+_MISH_MID = -0.52  # mish's backward takes the polynomial on (_MISH_MID, 0)
+
+
+def _m_mish_grad(D):
+    x = np.linspace(_MISH_MID, 0, 20001).astype(np.float32)
+    want = ref("mish'", _mish_grad, x)
+    return (f"max error {ulp_err(horner32(D, x), want):.3g} ulp of mish'(x) (float32 Horner, no FMA; {x.size} "
+            f"points of [{_MISH_MID:g}, 0])")
+
+
 def _cheb_mono(f, deg: int) -> np.ndarray:
     """float64 coefficients, in powers of s, of the degree-deg Chebyshev interpolant of f on s in [-1, 1]: the
     values at deg + 1 first-kind nodes, the series and its monomial form all in mpmath, so that a float64 table's
@@ -345,6 +361,11 @@ NATIVE = [
           f"fitted: G of degree 9 on {NODES} Chebyshev nodes of t in [-1, {(_FAST_HI - 2) / (_FAST_HI + 2):.4f}] "
           "(a <= 8.49), relative to G, then multiplied by 0.5 (exact)",
           _fitted32(_f(_g_of_t), -1.0, (_FAST_HI - 2) / (_FAST_HI + 2), 9), lambda G: _m_erfc(G, _FAST_HI), scale=0.5),
+    Table("native", _names("MA_MISH_D", 8),
+          f"mish'(x) = D(x) on ({_MISH_MID:g}, 0): the backward's middle piece (op_mish_grad, ma_ops.h), where the "
+          "rational form in e = e^x would take e's rounding |f'' / f'| (up to 2.5) times", "f32",
+          f"fitted: D of degree 7 on {NODES} Chebyshev nodes of [{_MISH_MID:g}, 0], relative to D",
+          _fitted32(_f(_mish_grad), _MISH_MID, 0.0, 7), _m_mish_grad, defines=(("MA_MISH_MID", _MISH_MID),)),
     *(Table("native", _names(f"M64_ERFCX{i}_", deg + 1),
             f"erfcx(a) = erfc(a) e^(a^2), a in [{lo:g}, {hi:g}], as a polynomial in s = (a - {off:g}) / {half:g}: "
             "m64_erfcx (float64 gelu, ma_math64.h)", "f64",
@@ -414,6 +435,14 @@ def _m_atanh_series(S):
 
 
 NUMBA = [
+    Table("numba", _names("_MD", 8),
+          f"mish'(x) = D(x) on ({_MISH_MID:g}, 0): the float32 backward's middle piece (formulas.py's mish_grad)",
+          "f32",
+          f"fitted: D of degree 7 on {NODES} Chebyshev nodes of [{_MISH_MID:g}, 0], relative to D (native's "
+          "MA_MISH_D)", _fitted32(_f(_mish_grad), _MISH_MID, 0.0, 7), _m_mish_grad),
+    Table("numba", ("_MISH_MID",), "where mish's float32 backward takes _MD: x in (_MISH_MID, 0)", "f32",
+          "derived: the end of _MD's interval (native's MA_MISH_MID)", lambda: (np.array([_MISH_MID]), ""),
+          lambda v: f"{float(v[0]):g} in float32", fitted=False),
     Table("numba", ("_LOG2E",), "1 / ln 2, for k = floor(x / ln 2 + 1/2)", "f32",
           "derived: log2(e) rounded to float32", lambda: (np.array([float(1 / _mp().log(2))]), ""),
           lambda v: _m_const(v, lambda mp: 1 / mp.log(2)), fitted=False),

@@ -69,3 +69,11 @@ def test_in_place_allocates_nothing_result_sized(op):
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < x.nbytes // 4, f"{op} in place peaked at {peak} bytes"
+
+
+def test_backends_state_whether_their_threads_follow_the_callers_denormal_mode():
+    """Issue 44 item 4: numba's and ONNX Runtime's threads take the caller's FTZ/DAZ mode (tests/test_fp_mode.py);
+    ma.backends() says how."""
+    for b in ma.backends():
+        if b.available and b.name in ("numba", "onnxruntime"):
+            assert "caller's flush-to-zero" in b.details["fp_mode"], b.name

@@ -98,7 +98,7 @@ def _check(k, p, got, x, dy):
         if k.op == "prelu":
             rp, g, dy, x, got = {"weight": np.array([[0.25]]), "axis": 1}, *(a.reshape(-1, 1) for a in (g, dy, x, got))
         ref = C.backward2_reference(spec, rp, k.dtype, g, dy, x)
-        return C.compare(got, ref, x, C.backward2_tolerance(spec), "backward", params=p,
+        return C.compare(got, ref, x, C.backward2_tolerance(spec), "backward2", params=p,
                          scale=g.astype(np.float64) * dy, zero_sign=C.backward2_zero_sign(spec, rp, k.dtype, g, dy, x))
     if k.direction == "forward":
         ref = C.reference(spec, "forward", p, k.dtype, x)

@@ -297,7 +297,7 @@ def test_numba_parallel_backward2_equals_serial(op, params, dtype):
         np.testing.assert_array_equal(strided.view(np.uint8), ma.backward2(
             op, gs.copy(), dys.copy(), xs.copy(), backend="numba", **call_params).view(np.uint8))
     ref = C.backward2_reference(spec, ref_params, dtype, g, dy, x)
-    v = C.compare(got, ref, x, C.backward2_tolerance(spec), "backward", scale=g.astype(np.float64) * dy,
+    v = C.compare(got, ref, x, C.backward2_tolerance(spec), "backward2", scale=g.astype(np.float64) * dy,
                   params=params, zero_sign=C.backward2_zero_sign(spec, ref_params, dtype, g, dy, x))
     assert v.passed, v.describe()
 
@@ -418,7 +418,7 @@ def test_out_in_place_layouts_and_sizes(dtype):
     big = np.resize(x, 70_001)  # past the numpy backend's block
     gb = np.resize(g, 70_001)
     ref = OPS["mish"].backward2(gb.astype(np.float64), gb.astype(np.float64), big.astype(np.float64))
-    v = C.compare(ma.backward2("mish", gb, gb, big), ref, big, C.backward2_tolerance(OPS["mish"]), "backward",
+    v = C.compare(ma.backward2("mish", gb, gb, big), ref, big, C.backward2_tolerance(OPS["mish"]), "backward2",
                   scale=gb.astype(np.float64) ** 2)
     assert v.passed, v.describe()
 
@@ -587,7 +587,7 @@ def test_param_grad2_in_every_dtype(dtype):
             want = ref(*(a.astype(np.float64) for a in (g, dy, x)), **p)
             with np.errstate(over="ignore"):  # |x|^3: the bound's floor grows like the formula's terms
                 scale = g.astype(np.float64) * dy.astype(np.float64) * np.maximum(1, np.abs(x.astype(np.float64))) ** 3
-            v = C.compare(got, want, x, C.backward2_tolerance(spec), "backward", scale=scale, params=params,
+            v = C.compare(got, want, x, C.backward2_tolerance(spec), "backward2", scale=scale, params=params,
                           zero_sign=np.zeros(x.shape, bool))
             assert v.passed, f"{params} wrt={wrt}: {v.describe()}"
 

@@ -6,12 +6,30 @@ float64 values Python floats, which numba freezes as typed constants.  Errors ar
 script against mpmath, for the table as the comment says.
 """
 
-# fit_coefficients.py inputs sha256 2193163cbf00142b0fcd66a181a28905e8ffdfb366325b1999ea0ca1bd58a712
-# fit_coefficients.py outputs sha256 2cac5d613991d408b8b8a9ceb72be8ea0530518d30e187f16fd7122d05892f22
+# fit_coefficients.py inputs sha256 80d59a68c093471f3ef2caba84bef3432631315665efc122364aeb53b5570fc6
+# fit_coefficients.py outputs sha256 c77cedb12eb17de6063e9165e31827d932b905c99e9a439afc5177efd2c28ca5
 
 import numpy as np
 
 F32 = np.float32
+
+# _MD0.._MD7: mish'(x) = D(x) on (-0.52, 0): the float32 backward's middle piece (formulas.py's mish_grad).
+# fitted: D of degree 7 on 1500 Chebyshev nodes of [-0.52, 0], relative to D (native's MA_MISH_D); closest
+# rounding tie 0.052 ulp away.
+# max error 1.75 ulp of mish'(x) (float32 Horner, no FMA; 20001 points of [-0.52, 0]).
+_MD0 = F32(0.6000000238418579)  # 0x1.333334p-1, bits 0x3f19999a
+_MD1 = F32(0.6400002241134644)  # 0x1.47ae1cp-1, bits 0x3f23d70e
+_MD2 = F32(-0.04799170792102814)  # -0x1.8925e8p-5, bits 0xbd4492f4
+_MD3 = F32(-0.18334519863128662)  # -0x1.777dbp-3, bits 0xbe3bbed8
+_MD4 = F32(-0.000986073282547295)  # -0x1.027e42p-10, bits 0xba813f21
+_MD5 = F32(0.05039089545607567)  # 0x1.9ccd5ep-5, bits 0x3d4e66af
+_MD6 = F32(0.01358156930655241)  # 0x1.bd0a76p-7, bits 0x3c5e853b
+_MD7 = F32(-0.001881132717244327)  # -0x1.ed20aep-10, bits 0xbaf69057
+
+# _MISH_MID: where mish's float32 backward takes _MD: x in (_MISH_MID, 0).
+# derived: the end of _MD's interval (native's MA_MISH_MID).
+# -0.52 in float32.
+_MISH_MID = F32(-0.5199999809265137)  # -0x1.0a3d7p-1, bits 0xbf051eb8
 
 # _LOG2E: 1 / ln 2, for k = floor(x / ln 2 + 1/2).
 # derived: log2(e) rounded to float32.

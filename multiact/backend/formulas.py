@@ -58,7 +58,7 @@ import multiact.reference as _ref
 from multiact import registry
 from multiact.optable import BIAS_ACT_KEYS, FAMILY_KEYS, KEYS, OPS
 
-from . import _numba_coeffs as _C
+from . import numba_math as _NM
 
 # (op, direction) that CUDA computes in float64 for float16/float32 data (rounding once).  None: every float32
 # formula is float32 arithmetic with libdevice's float32 math, within tolerance at libdevice's documented error
@@ -106,9 +106,12 @@ CPU64 = False
 ZERO = ONE = THREE = SIX = HALF = BIG = GCLAMP = INV_SQRT2 = INV_SQRT_2PI = ONE_BELOW = Any
 ZCLAMP = SELU_SCALE = SELU_SA = FAST_K = GELU_K2 = GELU_C = Any
 TWO = FOUR = EIGHT = THIRD = INF = TAIL = SC = L64_HI = L64_LO = SELU_SCALE_T = SELU_SA_T = Any
-TANH_CLAMP = EXP_MAGIC = EXP_LOG2E = EXP_LN2_HI = EXP_LN2_LO = EXP_P0 = EXP_P1 = EXP_P2 = EXP_P3 = EXP_P4 = EXP_P5 = Any
+INV_SQRT_2PI_HI = INV_SQRT_2PI_LO = INV_SQRT2_HI = INV_SQRT2_LO = INV_SQRT_PI = Any
+TANH_SMALL = TANH_T0 = TANH_T1 = TANH_T2 = TANH_T3 = TANH_T4 = TANH_T5 = Any
 FAST_K_HI = FAST_K_LO = GELU_K2_HI = GELU_K2_LO = GELU_C_HI = GELU_C_LO = GELU_C3 = GELU_FAR = Any
 SERIES: Any = ()
+MISH_D0 = MISH_D1 = MISH_D2 = MISH_D3 = MISH_D4 = MISH_D5 = MISH_D6 = MISH_D7 = Any
+MISH_MID: Any = None
 ZERO_D = ONE_D = HALF_D = INV_SQRT_2PI_D = Any
 _exp = _expm1 = _log1p = _tanh = _cosh = _erf = _erfc = _fma = _cuda = Any
 fma: Any = None
@@ -321,18 +324,37 @@ def gate_fwd(x, hi, lo):
 
 
 @_helper
-def gate_bwd(dy, xc, hi, lo, k):
-    """dy * (s + ((xc * s) * sn) * k), s = sigmoid(z), sn = sigmoid(-z), z = hi + lo: one of s, sn carries the
-    tail scale, which is applied last."""
+def gate_bwd(dy, hi, lo, w, wlo):
+    """dy s (1 + w sn), s = sigmoid(z), sn = sigmoid(-z), z = hi + lo, w + wlo = x dz/dx (z itself for swish's
+    family), as native's ma_gate_grad: for z < 0, 1 + w sn = (1 + w) - w s (1 + w exact for |w| >= 1), which no
+    error of sn reaches (s + x s sn k carried sn's error |w| / |1 + w sn| times: 6.7 ulp for gelu(tanh) at
+    x = -7.5 on CUDA's float32, hidden until issue 44 by a floor of 2 eps |dy|); the small side carries the tail
+    scale, applied last; where it underflows to 0 the result is 0 (w may be infinite there)."""
     if CPU64:  # numba's CPU build: s in float64 (relatively accurate in the tail), the rest too, one rounding
         s64 = sigmoid64_hl(hi, lo)
-        return T(D(dy) * (s64 + ((D(xc) * D(k)) * s64) * (ONE_D - s64)))
-    small, inv, sc, neg = sig_parts(hi, lo)
-    s = small if neg else inv
-    sn = inv if neg else small
-    t = ((xc * s) * sn) * k
-    g = dy * ((s + t) if neg else (s + t * sc))
-    return g * sc if neg else g
+        return T(D(dy) * (s64 + ((D(w) + D(wlo)) * s64) * (ONE_D - s64)))
+    # sig_parts with 1 + e = d (1 + cd) carried: s = q (1 - cd) with q = eK / d or 1 / d rounded once, and cd folded
+    # into the inner sum's one rounding (q times a rounded inner, inner summed in one rounding: eK times a rounded
+    # 1 / (1 + e) and an inner of two roundings took fast_gelu's backward to 6.5 ulp at x = -2.28, simulated)
+    neg = hi < ZERO
+    ek, sc = expk_hl(hi if neg else -hi, lo if neg else -lo)
+    e = ek * sc
+    d = ONE + e
+    cd = (e - (d - ONE)) / d  # |cd| <= 2^-24
+    inv = ONE / d
+    q = ek / d
+    sn = q * sc  # min(s, 1 - s), unscaled (its error reaches only the small term w sn)
+    if sn == ZERO:
+        inner = (ONE + w) if neg else ONE
+    elif neg:  # (1 + w) - w s + wlo (1 - s), less (1 + w) cd
+        big = ONE + w
+        inner = big + (fma(wlo, inv, -(w * sn)) - big * cd)
+    else:  # 1 + w sn + wlo sn, less cd
+        inner = ONE + (fma(wlo, sn, w * sn) - cd)
+    g = dy * ((q if neg else inv) * inner)
+    if neg:
+        return q * dy if q == ZERO else g * sc
+    return g
 
 
 @_helper
@@ -355,7 +377,7 @@ def swish_bwd(dy, x, khi, klo):
     xc = clampbig(x)
     hi, lo = two_prod(xc, khi)
     hi, lo = clamp_hl(hi, lo + xc * klo)
-    return gate_bwd(dy, xc, hi, lo, khi)
+    return gate_bwd(dy, hi, lo, hi, lo)
 
 
 @_helper
@@ -374,6 +396,23 @@ def gelu_tanh_z(x):
     zl = zl + (GELU_K2_HI * el + GELU_K2_LO * eh)
     hi = zh + zl
     return xc, hi, zl - (hi - zh)
+
+
+@_helper
+def gelu_tanh_w(xc):
+    """x dz/dx = x 2k (1 + 3c x^2) as hi + lo, in pairs of T: gate_bwd's 1 + w sigmoid(-z) takes |w| / |1 + w sn|
+    times w's error (dz rounded twice cost 2.3 ulp at x = -1.6, where that ratio is 1.5)."""
+    sh, sl = two_prod(xc, xc)
+    ph, pl = two_prod(GELU_C_HI, sh)  # c x^2
+    pl = pl + (GELU_C_HI * sl + GELU_C_LO * sh)
+    th, tl = two_prod(THREE, ph)  # 3 c x^2
+    tl = tl + THREE * pl
+    qh, ql = two_sum(ONE, th)  # 1 + 3 c x^2
+    ql = ql + tl
+    dh, dl = two_prod(GELU_K2_HI, qh)  # dz/dx
+    dl = dl + (GELU_K2_HI * ql + GELU_K2_LO * qh)
+    wh, wl = two_prod(xc, dh)
+    return wh, wl + xc * dl
 
 
 @_helper
@@ -697,6 +736,19 @@ def gelu_grad(dy, x, a, b):
         xd = D(xc)  # float32 below x = -13.2, where the result is not), one rounding
         sh, sl = split64(xd * xd * HALF_D)
         return T(D(dy) * (ncdf64(x) + xd * (INV_SQRT_2PI_D * exp64_hl(-sh, -sl))))
+    if IS32:  # Phi + x pdf, x pdf = x K e an exact product (K = 1 / sqrt(2 pi) as hi + lo), the sum two-summed: only
+        # Phi's and e's own errors remain (the rounded terms cost up to 2 result ulps each where they cancel next to
+        # the zero crossing: 4.8 ulp at x = -1.61, simulated)
+        sh, sl = two_prod(xc, xc)
+        e = exp_hl(-(sh * HALF), -(sl * HALF))
+        ph, pl = two_prod(INV_SQRT_2PI_HI, e)
+        pl = pl + INV_SQRT_2PI_LO * e
+        th, tl = two_prod(xc, ph)
+        tl = tl + xc * pl
+        # Phi from z = x / sqrt2 rounded (ncdf): its rounding zl costs Phi' zl = e zl / sqrt(pi), added back
+        zl = two_prod(xc, INV_SQRT2_HI)[1] + xc * INV_SQRT2_LO
+        sh, sl = two_sum(ncdf(x), th)
+        return dy * (sh + (sl + (tl + zl * (e * INV_SQRT_PI))))
     return dy * (ncdf(x) + xc * npdf_hl(xc))
 
 
@@ -709,7 +761,8 @@ def gelu_tanh(x, a, b):
 @_formula(("gelu_tanh", "backward"))
 def gelu_tanh_grad(dy, x, a, b):
     xc, hi, lo = gelu_tanh_z(x)
-    return gate_bwd(dy, xc, hi, lo, GELU_K2_HI * (ONE + GELU_C3 * (xc * xc)))
+    w, wlo = gelu_tanh_w(xc)
+    return gate_bwd(dy, hi, lo, w, wlo)
 
 
 @_helper
@@ -726,6 +779,12 @@ def mish_parts(x):
 
 @_formula(("mish", "forward"))
 def mish(x, a, b):
+    if CPU64:  # numba's CPU build: tanh(softplus(x)) as mish_parts' rational form in float64 from e = e^-|x| within
+        # a float32 ulp, one rounding (the float32 form's roundings reached 4.3 ulp at x = -3.24: issue 44)
+        e = exp64_hl(-abs(clampbig(x)), ZERO)
+        m = e * (e + e) if x >= ZERO else e * (e + (ONE_D + ONE_D))
+        t = (ONE_D + (e + e)) / (ONE_D + (e + e) + m) if x >= ZERO else m / (m + (ONE_D + ONE_D))
+        return ZERO if t == ZERO_D else T(D(x) * t)
     if IS32:
         num, den, e, ek, sc, pos = mish_parts(x)
         r = gated(x, num / den)
@@ -735,13 +794,28 @@ def mish(x, a, b):
 
 @_formula(("mish", "backward"))
 def mish_grad(dy, x, a, b):
+    if IS32:  # native's ma_mish_grad_parts, x clamped to +-1e5 (e = 0 beyond); x < 0: B = 4 + 4x + e (6 + 4x +
+        # e (4 + e)), D = 4 + m (m + 4), m = e (e + 2), scaled by sc.  (num / den + 4 x (1 + e) f / den^2 from
+        # 1 / den squared doubled den's rounding: 9.1 ulp at x = -3.1, hidden until issue 44 by a floor of 2 eps |dy|.)
+        xg = GCLAMP if x > GCLAMP else (-GCLAMP if x < -GCLAMP else x)
+        if x >= ZERO:  # 1 - d, d = 2e^2 (den - 2x (1 + e)) / den^2 <= 0.4, den = 1 + 2e (1 + e), e = e^-x
+            e = exp(ZERO - xg)
+            ope = ONE + e
+            den = fma(e + e, ope, ONE)
+            return dy * (ONE - ((TWO * (e * e)) * fma(-(xg + xg), ope, den)) / (den * den))
+        if xg > MISH_MID:  # the polynomial in x: e's rounding would cost |f'' / f'| (up to 2.5) times here
+            acc = ((MISH_D7 * xg + MISH_D6) * xg + MISH_D5) * xg + MISH_D4  # Horner, spelled out (a loop over
+            acc = ((acc * xg + MISH_D3) * xg + MISH_D2) * xg + MISH_D1  # a tuple does not vectorize in numba)
+            return dy * (acc * xg + MISH_D0)
+        ek, sc = expk_hl(xg, ZERO)  # e = e^x = ek * sc: e B / D, B / D = q + ql, times ek rounded once
+        e = ek * sc
+        m = e * (e + TWO)
+        dd = fma(m, m + FOUR, FOUR)
+        bb = fma(e, fma(e, FOUR + e, fma(FOUR, xg, SIX)), fma(FOUR, xg, FOUR))
+        q = bb / dd
+        ql = fma(-q, dd, bb) / dd
+        return (dy * fma(q, ek, ql * ek)) * sc
     xc = clampbig(x)
-    if IS32:  # tanh(sp) + x sigmoid(x) sech^2(sp) = (num + 4 x (1 + e) f / den) / den, f = e^2 (x >= 0) or eK
-        num, den, e, ek, sc, pos = mish_parts(x)
-        inv = ONE / den
-        u = (((xc * (e * e if pos else ek)) * FOUR) * (ONE + e)) * (inv * inv)  # xc * f first: FLT_MAX * 0 = 0
-        g = dy * (num * inv + u)
-        return g if pos else g * sc
     sp = softplus0(x)
     return dy * (tanh(sp) + (xc * sigmoid(x)) * sech2(sp))
 
@@ -763,34 +837,36 @@ def tanhshrink(x, a, b):
     return (small if ax < ONE else large) + ZERO  # + 0: a zero result is +0, as x - tanh(x) gives at x = -0
 
 
-@_helper
-def tanh_sq32(x):
-    """tanh(x)^2 in float32 arithmetic, about 3 ulp: t = (1 - e) / (1 + e), e = e^u, u = -2 min(|x|, 9.5), with
-    e = 2^k (1 + q) from a Cody-Waite reduction (q = expm1(r), |r| <= ln2 / 2, numba_math's polynomial) so that
-    1 -+ e = (1 -+ 2^k) -+ 2^k q are exact but for q's rounding (no cancellation near 0, no libm: libdevice's
-    tanhf/expf at their 2-ulp bounds would cost 8 ulp in the square)."""
-    ax = abs(x)
-    u = -TWO * (TANH_CLAMP if ax > TANH_CLAMP else ax)
-    kf = (u * EXP_LOG2E + EXP_MAGIC) - EXP_MAGIC  # round(u / ln2), in [-28, 0]
-    r = (u - kf * EXP_LN2_HI) - kf * EXP_LN2_LO
-    q = EXP_P5
-    q = q * r + EXP_P4
-    q = q * r + EXP_P3
-    q = q * r + EXP_P2
-    q = q * r + EXP_P1
-    q = q * r + EXP_P0
-    q = r + (r * r) * q
-    k = int(-kf) if kf == kf else 0  # 2^kf, exactly, from the bits of -kf
-    s = (HALF if k & 1 else ONE) * (T(0.25) if k & 2 else ONE) * (T(2.0**-4) if k & 4 else ONE)
-    s = s * (T(2.0**-8) if k & 8 else ONE) * (T(2.0**-16) if k & 16 else ONE)
-    t = ((ONE - s) - s * q) / ((ONE + s) + s * q)
-    return t * t
-
-
 @_formula(("tanhshrink", "backward"))
 def tanhshrink_grad(dy, x, a, b):
-    if IS32:
-        return dy * tanh_sq32(x)
+    if CPU64:  # numba's CPU build: tanh(x) in float64 from numba_math's float32 pieces, squared, one rounding (the
+        # float32 path's 22-term series runs 20x slower here): |x| < 0.625, x + x^3 P(x^2) (its tanh polynomial, the
+        # x^3 P term a tenth of x at most); else (1 - e) / (1 + e), e = e^-2|x| within a float32 ulp
+        ax = abs(x)
+        if ax < TANH_SMALL:
+            xd = D(x)
+            x2 = x * x
+            p = ((((TANH_T5 * x2 + TANH_T4) * x2 + TANH_T3) * x2 + TANH_T2) * x2 + TANH_T1) * x2 + TANH_T0
+            t = xd + xd * ((xd * xd) * D(p))
+        else:
+            e = exp64_hl(-(ax + ax), ZERO)
+            t = (ONE_D - e) / (ONE_D + e)
+        return T(D(dy) * (t * t))
+    if IS32:  # native's op_tanhshrink_grad: |x| < 1, tanh(x) = x - (x - tanh(x)) as th + tl from the series,
+        # squared in one rounding; |x| >= 1, 1 - sech^2(x) (at most 0.42 there), sech^2 = 4e / (1 + e)^2, e = e^-2|x|
+        # (tanh(x)^2 as ((1 - e) / (1 + e))^2 reached 5.1 ulp at x = 0.08, hidden until issue 44 by a floor)
+        x2 = x * x
+        acc = ZERO
+        for c in SERIES:
+            acc = acc * x2 + c
+        sm = acc * x2 * x
+        th = x - sm
+        tl = (x - th) - sm
+        ax = abs(x)
+        if ax < ONE:
+            return dy * fma(th, th, (th + th) * tl)
+        e = exp(-(ax + ax))
+        return dy * (ONE - (FOUR * e) * inv_sq_1pe(e))
     t = tanh(x)
     return dy * (t * t)
 
@@ -1139,6 +1215,10 @@ def constants(t: Any) -> dict[str, Any]:
         "ONE_BELOW": np.nextafter(t(1.0), t(0.0)),  # v * ONE_BELOW: the next float toward 0 (v normal)
         "BIG": t(np.finfo(t).max), "GCLAMP": t(1e5),
         "INV_SQRT2": t(1.0 / math.sqrt(2.0)), "INV_SQRT_2PI": t(1.0 / math.sqrt(2.0 * math.pi)),
+        **_pair("INV_SQRT_2PI", 1.0 / math.sqrt(2.0 * math.pi), t), **_pair("INV_SQRT2", 1.0 / math.sqrt(2.0), t),
+        "INV_SQRT_PI": t(1.0 / math.sqrt(math.pi)),
+        # numba_math's tanh polynomial (float32), for the CPU build's tanhshrink backward
+        "TANH_SMALL": t(0.625), **{f"TANH_T{i}": t(getattr(_NM, f"_T{i}")) for i in range(6)},
         "TWO": t(2.0), "FOUR": t(4.0), "EIGHT": t(8.0), "THIRD": t(1.0 / 3.0), "INF": t(math.inf),
         "ZCLAMP": t(1e5),  # |z| beyond which every sigmoid is exactly 0 or 1 (float64 too)
         # expk_hl's tail: below TAIL, e^u is carried times 2^64 (L64 = 64 ln 2 as hi + lo) and SC = 2^-64 applied last
@@ -1147,14 +1227,12 @@ def constants(t: Any) -> dict[str, Any]:
         **_pair("FAST_K", _ref.FAST_GELU_K, t), **_pair("GELU_K2", 2 * _ref.GELU_TANH_K, t),
         **_pair("GELU_C", _ref.GELU_TANH_C, t), "GELU_C3": t(3.0 * _ref.GELU_TANH_C),
         "GELU_FAR": t(12.0),  # gelu below -GELU_FAR: Mills' series (Phi(x) would be subnormal below -12.9)
-        # tanh_sq32's exponential (numba_math's reduction and polynomial: float32 constants)
-        "TANH_CLAMP": t(9.5), "EXP_MAGIC": t(12582912.0), "EXP_LOG2E": t(_C._LOG2E),
-        "EXP_LN2_HI": t(_C._LN2_HI), "EXP_LN2_LO": t(_C._LN2_LO),
-        **{f"EXP_P{i}": t(getattr(_C, f"_E{i}")) for i in range(6)},
         # float64 constants (no formula uses them in T arithmetic any more; kept for the float64 reference values)
         "SELU_SCALE": _ref.SELU_SCALE, "SELU_SA": _ref.SELU_SCALE * _ref.SELU_ALPHA,
         "FAST_K": _ref.FAST_GELU_K, "GELU_K2": 2 * _ref.GELU_TANH_K, "GELU_C": _ref.GELU_TANH_C,
         "SERIES": tuple(t(c) for c in reversed(_ref._tanhshrink_series(22 if is32 else 44))),
+        # mish's float32 backward on (MISH_MID, 0): native/fit_coefficients.py's table, highest power first
+        **{f"MISH_D{i}": t(c) for i, c in enumerate(reversed(_NM.MISH_D))}, "MISH_MID": t(_NM.MISH_MID),
     }
 
 

@@ -63,6 +63,15 @@ from ._numba_coeffs import (
     _LN2_HI,
     _LN2_LO,
     _LOG2E,
+    _MD0,
+    _MD1,
+    _MD2,
+    _MD3,
+    _MD4,
+    _MD5,
+    _MD6,
+    _MD7,
+    _MISH_MID,
     _R0,
     _R1,
     _R2,
@@ -83,6 +92,11 @@ from ._numba_coeffs import (
 )
 
 F32 = np.float32
+
+# mish's float32 backward on (MISH_MID, 0): its polynomial in x, highest power first (formulas.py's mish_grad;
+# native's MA_MISH_D, the same fit)
+MISH_D = (_MD7, _MD6, _MD5, _MD4, _MD3, _MD2, _MD1, _MD0)
+MISH_MID = _MISH_MID
 
 # ---- constants (module globals are frozen as typed constants by numba) --------------------
 

@@ -75,7 +75,7 @@ BUILTIN_OK: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, Any]], bool]
 # The composites that cannot meet the contract computing in float32 (measured likewise): these compute in
 # float64 and round once; every other composite computes in float32 (float16 models too) and rounds once.
 F64_FORWARD = frozenset({"gelu", "tanhshrink", "mish"})  # mish: softplus(x) is subnormal in float32 below -87
-F64_BACKWARD = frozenset({"tanhshrink"})
+F64_BACKWARD = frozenset({"tanhshrink", "gelu"})  # gelu: 8.6 ulp at x = -0.073 in float32 (issue 44's rule)
 # ONNX operators whose ORT CPU kernel is float32 only: a float16 model computes them in float32.
 _F32_ONLY = frozenset({"Celu"})
 

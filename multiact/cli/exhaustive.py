@@ -36,8 +36,8 @@ CHUNK = 1 << 16  # points per kernel call: the float64 arrays of one chunk stay 
 JOB = 1 << 24  # bit patterns per job (256 jobs for 2^32)
 REF_AGREE = 1e-2  # float32 ulp: how far the compiled reference may stand from reference.py
 
-# The judge's absolute floor is fx |x| + fdy |dy| (where |x| < 10) + fy |dy y|, accuracy.py's rules; _E2 is
-# their 2 eps.
+# The judge's absolute floor is fx |x| + fdy |dy| tc + fy |dy y|, accuracy.py's rules, tc the terms of f' where
+# they cancel around its zero crossings (consistency.cancel_terms; 0 elsewhere); _E2 is 2 eps.
 _E2 = 2.0 * A.EPS32
 
 
@@ -50,7 +50,7 @@ def _judge_loop():
     inv_spacing = np.ldexp(1.0, np.clip(1023 + 23 - np.arange(2048), -1074, 1023))
 
     @numba.njit(cache=True, nogil=True, error_model="numpy")
-    def judge(x, got, ref, y, dy, fx, fdy, fy, sf, si):  # pragma: no cover - compiled
+    def judge(x, got, ref, y, dy, tc, fx, fdy, fy, sf, si):  # pragma: no cover - compiled
         # sf: max_ulp, worst_x, worst_got, worst_ref, subnormal_max, region_max[4]
         # si: points, over_bound, special_miss, region_over[4]; kept in locals inside the loop
         bits = ref.view(np.int64)
@@ -68,9 +68,7 @@ def _judge_loop():
                     miss += 1
                 continue
             ax = abs(xi)
-            floor = fx * ax + fy * abs(dy * np.float64(y[i]))
-            if ax < 10.0:
-                floor += fdy * ady
+            floor = fx * ax + fy * abs(dy * np.float64(y[i])) + fdy * ady * tc[i]
             excess = max(abs(g - r) - floor, 0.0) if np.isfinite(g) else np.inf
             if abs(r) < flt_min:
                 sub = max(sub, excess / tiny)
@@ -133,7 +131,10 @@ class _Row:
         self.ref = numba_backend.kernel(key, direction, "float64")
         self.kernels = {isa: native_backend.kernel(key, direction, "float32", isa=isa) for isa in isas}
         self.fx = spec.tol.fwd_atol * A.EPS32 if direction == "forward" else 0.0
-        self.fdy = 0.0 if direction == "forward" else _E2
+        self.fdy = A.FLOOR_ATOL * A.EPS32 if direction == "backward" else 0.0
+        # the crossings' neighbourhoods (where the floor applies), and the op and parameters to size it
+        self.spec, self.params = spec, params
+        self.near = C.crossings(spec, params) if direction == "backward" else ()
         self.fy = _E2 if direction == "backward_y" else 0.0
         self.sf = {isa: np.zeros(9) for isa in isas}
         self.si = {isa: np.zeros(7, dtype=np.int64) for isa in isas}
@@ -168,6 +169,7 @@ def _run_chunk(table: list[_Row], x: np.ndarray) -> None:
         x64 = x.astype(np.float64)
     ref = np.empty_like(x64)
     gots = [np.empty_like(x), np.empty_like(x)]
+    zeros = np.zeros(x.size)
     first_f, first_i = np.zeros(9), np.zeros(7, dtype=np.int64)
     other_f, other_i = np.zeros(9), np.zeros(7, dtype=np.int64)
     y32: dict[tuple[str, str], np.ndarray] = {}
@@ -198,6 +200,9 @@ def _run_chunk(table: list[_Row], x: np.ndarray) -> None:
                 dy = float(np.float32(row.dy))
                 args = (dyv, arg)
             n = xs.size
+            tc = zeros[:n]
+            if row.near:
+                tc = C.cancel_terms(row.spec, row.params, np.float32, xs)
             first: np.ndarray | None = None  # the first ISA's results; its statistics in first_f, first_i
             for isa, k in row.kernels.items():
                 g = gots[0 if first is None else 1][:n]
@@ -207,7 +212,7 @@ def _run_chunk(table: list[_Row], x: np.ndarray) -> None:
                     continue
                 tf, ti = (first_f, first_i) if first is None else (other_f, other_i)
                 tf[:], ti[:] = 0.0, 0
-                judge(xs, g, r, arg, dy, row.fx, row.fdy, row.fy, tf, ti)
+                judge(xs, g, r, arg, dy, tc, row.fx, row.fdy, row.fy, tf, ti)
                 _fold(row.sf[isa], row.si[isa], tf, ti)
                 first = g if first is None else first
 
@@ -360,7 +365,7 @@ def command(args: Any, progress: Callable[[Iterable, int], Iterable] | None = No
     cpu = sysinfo.describe(sysinfo.identity())
     what = "every bit pattern" if stride == 1 else f"every {stride}th bit pattern"
     header = (f"CPU: {cpu}\nmultiact check --exhaustive ({what}; NaN patterns every 65536th): native, ISA "
-              f"{', '.join(isas)}; bound {A.BOUND:g} ULP\nreference: numba float64 kernels, within "
+              f"{', '.join(isas)}; bound {A.BOUND:g} ULP\nrule: {A.RULE}\nreference: numba float64 kernels, within "
               f"{far[3]:.2g} float32 ulp of reference.py on every 65536th pattern (largest: {far[0]} {far[1]} "
               f"{far[2]})")
     if far[3] > REF_AGREE:

@@ -4,7 +4,8 @@ The shared suite already runs all 65,536 float16 inputs against its tolerance; t
 error per op the way the float32 table does (README "Accuracy"), with accuracy.py's rules in float16's
 units: error in float16 ulps of the float64 reference where the result is normal (outputs below 2^-14
 apart, in units of 2^-24); the op's declared cancellation fwd_atol eps16 |x|; a backward's floor of
-2 eps16 |dy| for |x| < 10; a y-form's 2 eps16 |dy y|; NaN, +-inf and overflow exactly.  The kernels
+2 eps16 |dy| (|g| + |x g'|) only where the terms of f' = g + x g' cancel around a zero crossing
+(`consistency.cancel_terms`); a y-form's 2 eps16 |dy y|; NaN, +-inf and overflow exactly.  The kernels
 compute in float32 and round once, so a result is within half an ulp plus the float32 error, or one ulp
 where that error straddles a rounding boundary."""
 
@@ -76,9 +77,10 @@ def rows(ops: Sequence[str] | None, isas: Sequence[str]) -> list[dict[str, Any]]
                 if dyv is None:
                     floor = spec.tol.fwd_atol * EPS16 * ax
                 else:
-                    floor = np.where(ax < 10, 2 * EPS16 * abs(float(dyv)), 0.0)
-                    if y16 is not None:
-                        floor = floor + 2 * EPS16 * np.abs(float(dyv) * y16.astype(np.float64))
+                    if y16 is None:
+                        floor = A.FLOOR_ATOL * EPS16 * abs(float(dyv)) * C.cancel_terms(spec, params, np.float32, xs)
+                    else:
+                        floor = 2 * EPS16 * np.abs(float(dyv) * y16.astype(np.float64))
                 tag = direction if dyv is None else f"{direction} dy={float(dyv):.4g}"
                 for isa in isas:
                     got = np.empty(xs.size, np.float16)
