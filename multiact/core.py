@@ -89,12 +89,7 @@ def _quantized_device(plan: Plan, q: Any, kind: str) -> Any:
     device arrays of the caller's library); a backend without it, or one that returns None (a case it does not
     build), is a TypeError naming quant= and the array kind.  Nothing is copied to the host."""
     fn = plan.fn
-    arrays_in = {n: a for n, a in plan.arrays.items() if a is not None or n not in plan.family.optional}
-    checks.device_arrays(fn, arrays_in)
-    job = plan.family.device(plan, arrays_in)
-    plan.family.check(plan, job.dtype)
-    dtype = str(job.dtype).replace("torch.", "")
-    mod, kernel = registry.resolve(plan.key, plan.direction, dtype, kind, plan.backend)
+    job, dtype, mod, kernel = executors.device_job(plan, kind)
     fused = getattr(mod, "quantized", None)
     res = None if fused is None else fused(plan, job, kernel, dtype, q)
     if res is None:

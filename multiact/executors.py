@@ -92,14 +92,20 @@ def _finish(plan: Plan, dests: tuple, given: list, arrays: list, values: dict[in
 # ---- device arrays -----------------------------------------------------------------------------------
 
 
-def device(plan: Plan, kind: str, dests: tuple) -> Any:
-    fn = plan.fn
+def device_job(plan: Plan, kind: str) -> tuple[Job, str, Any, Any]:
+    """(job, dtype name, backend module, kernel) of a plan on device arrays, every array and parameter checked."""
     arrays_in = {n: a for n, a in plan.arrays.items() if a is not None or n not in plan.family.optional}
-    checks.device_arrays(fn, arrays_in)
+    checks.device_arrays(plan.fn, arrays_in)
     job = plan.family.device(plan, arrays_in)
     plan.family.check(plan, job.dtype)
     dtype = str(job.dtype).replace("torch.", "")
     mod, kernel = registry.resolve(plan.key, plan.direction, dtype, kind, plan.backend)
+    return job, dtype, mod, kernel
+
+
+def device(plan: Plan, kind: str, dests: tuple) -> Any:
+    fn = plan.fn
+    job, dtype, mod, kernel = device_job(plan, kind)
     arrays: list[Any] = []
     for i, r in enumerate(job.results):
         d = dests[i] if i < len(dests) else None
