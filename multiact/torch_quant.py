@@ -14,6 +14,7 @@ import ast
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import quant as Q
@@ -31,6 +32,7 @@ def encode(fn: str, tensors: tuple[str, ...], params: dict[str, Any], backend: s
     function, the names of its tensor arguments, its parameters (numbers, str, None), the backend and the
     Quant's fields (plain string work, which torch.compile traces).  TypeError naming the argument otherwise."""
     q = Q.check(where, quant)
+    params = {k: v.item() if isinstance(v, (np.floating, np.integer)) else v for k, v in params.items()}
     for k, v in params.items():
         if not (v is None or isinstance(v, (bool, int, float, str))):
             raise TypeError(f"{where}: with quant=, {k} must be a number or str, got {type(v).__name__}")

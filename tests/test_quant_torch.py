@@ -103,3 +103,5 @@ def test_errors_name_the_function_and_the_argument():
         mt.silu(x[:, :48], quant=ma.Quant("int8", "group", group_size=32))
     codes, _ = mt.silu(x.clone().requires_grad_(), quant=q)
     assert not codes.requires_grad  # codes carry no gradient
+    got = mt.leaky_relu(x, np.float32(0.2), quant=q)  # a NumPy scalar parameter is its value
+    _same(got, ma.quantize(ma.leaky_relu(x.numpy(), np.float32(0.2)), q))
