@@ -228,7 +228,8 @@ def to_onnx(op: str, *, dtype: Any = "float32", grad: bool | str = False, from_o
       "runtime": ORT's own operators regardless (Gelu, Sigmoid, Elu, Selu, Celu, HardSwish, Mish,
       Softsign, Shrink, PRelu, ...; silu/swish/fast_gelu as x * Sigmoid(k x)): the fastest graph, with the
       measured errors of `RUNTIME_ERRORS` (up to 7e7 ulp in float32 tails, NaN at some infinities).
-      Backward graphs are composites in every mode (ONNX Runtime has no gradient kernels), float32.
+      Backward graphs are the same composites in every mode (ONNX Runtime has no gradient kernels): float32,
+      float64 where float32 cannot meet the contract (onnx_graphs.F64_BACKWARD).
     opset: the model's opset, 15 (the graphs' own operators) to the installed onnx's newest; default 20 (21 with
       quant=).  An ORT operator the opset lacks (Gelu below 20, Mish below 18) gives way to the composite, in every
       mode.

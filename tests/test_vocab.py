@@ -26,6 +26,7 @@ ALLOWED = {
     ("multiact/cli/served.py", "COMMANDS"): "the lab's harness command per ISA it can serve off its hardware "
                                              "(recipes, not the list of ISAs; keys checked against the vocabulary)",
     ("native/tests/gen_harness_table.py", "DT"): "harness.c's DT_* codes, the C harness's own enum",
+    ("multiact/backend/native_backend.py", "_QDTYPE"): "ma_quant.inc's input codes, the C unit's own enum",
     ("scripts/cuda_ptx_report.py", "TYPES"): "PTX's instruction types (its f16, bf16, f32, f64 are PTX's names)",
 }
 

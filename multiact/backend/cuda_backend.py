@@ -2054,7 +2054,7 @@ def _quant_builds() -> list[Build]:
     for key in _KEYS:
         if _quant_formula(key, None, "float32") is not None:
             picks.append((key, "seg", "float32", "float8_e4m3fn", 32))
-    for dtype, target in itertools.product(("float16", "float32", "bfloat16", "float64"), _Q_TARGETS):
+    for dtype, target in itertools.product(vocab.DTYPE_NAMES, _Q_TARGETS):
         picks += [("silu", "seg", dtype, target, 32), ("silu", "seg", dtype, target, _BLOCK),
                   ("silu", "apply", dtype, target, _BLOCK)]
         if target != "int8":

@@ -569,7 +569,7 @@ def _bias_act(s: dict, row: tuple, dtype: str, backward: bool) -> Callable:
 # ---- quantized outputs in one pass (multiact.core._fused; native/src/ma_quant.inc) ---------------------------
 
 _QFMT = {"float8_e4m3fn": 0, "float8_e5m2": 1, "int8": 2}
-_QDTYPE = {"float32": 0, "float16": 1, "bfloat16": 2}
+_QDTYPE = {"float32": 0, "float16": 1, "bfloat16": 2}  # ma_quant.inc's input codes (its own enum)
 
 
 def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple | None:

@@ -1213,7 +1213,7 @@ def quantized(plan: Any, job: Any, kernel_: Any, dtype: str, quant: Any) -> tupl
     backend's float32 kernel into a block held in cache, amax, scales and codes per group (numba_quant).  The
     elementwise ops with one input (all but prelu) and the gated family, on float32, float16 and bfloat16 inputs;
     None (the two passes) for the rest."""
-    if dtype not in ("float32", "float16", "bfloat16"):
+    if vocab.DTYPES[dtype].compute != "float32":  # float64: the two passes
         return None
     key = plan.key
     defn = KEYS[key].defn if key in KEYS else None

@@ -881,8 +881,9 @@ def compute_dtype(spec: OpSpec, direction: str, dtype: str, form: str | None, ac
     if direction == "forward" and form is not None:
         f32_only = form == "node" and spec.defn.onnx in _F32_ONLY
         return "float32" if f32_only and dtype == "float16" else dtype
-    if accuracy == "runtime":
+    if accuracy == "runtime" and direction == "forward":
         return "float32"
+    # a backward has no ORT operator to trade accuracy for: the same graph in every mode
     f64 = F64_FORWARD if direction == "forward" else F64_BACKWARD
     return "float64" if spec.name in f64 else "float32"
 
