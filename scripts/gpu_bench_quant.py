@@ -29,28 +29,12 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_bench import _time_ms  # noqa: E402
 
+from multiact.cli.quant_bench import torch_composition  # noqa: E402
+
 HIDDEN = 4096
 QUANTS = {"e4m3 token": ("float8_e4m3fn", "token", None), "e4m3 group128": ("float8_e4m3fn", "group", 128),
           "e4m3 mx": ("float8_e4m3fn", "mx", None), "e4m3 tensor": ("float8_e4m3fn", "tensor", None),
           "int8 token": ("int8", "token", None)}
-
-
-def _torch_quant(torch, y, target: str, gran: str, block: int | None):
-    """The unfused composition on float32 y: amax, scale, quotient, clamp, cast (what users write by hand)."""
-    qmax = {"float8_e4m3fn": 448.0, "int8": 127.0}[target]
-    shape = y.shape
-    g = y.view(*shape[:-1], shape[-1] // (block or 32), block or 32) if gran in ("group", "mx") else y
-    if gran == "tensor":
-        amax = g.abs().amax()
-    else:
-        amax = g.abs().amax(-1, keepdim=True)
-    if gran == "mx":
-        s = torch.exp2(torch.ceil(torch.log2(amax / qmax)))
-    else:
-        s = (amax / qmax).clamp_min(2.0 ** -149)
-    r = (g / s).clamp(-qmax, qmax)
-    codes = r.round().to(torch.int8) if target == "int8" else r.to(getattr(torch, target))
-    return codes.view(shape), s
 
 
 def main() -> int:
@@ -109,8 +93,8 @@ def main() -> int:
                     written = codes.numel() + scales.numel() * scales.element_size()
                     row["GBps"] = (n * item + written) / row["ms"] / 1e6
                     row["pct_copy"] = 100 * row["GBps"] / copy
-                    row["torch_ms"] = _time_ms(torch, lambda fwd=fwd, q=(target, gran, block):
-                                               _torch_quant(torch, fwd(), *q), args.reps)
+                    row["torch_ms"] = _time_ms(torch, lambda fwd=fwd, q=q: torch_composition(torch, fwd(), q),
+                                               args.reps)
                     row["vs_torch"] = row["torch_ms"] / row["ms"]
                 except Exception as e:  # record and go on
                     row["error"] = f"{type(e).__name__}: {e}"

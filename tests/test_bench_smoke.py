@@ -214,7 +214,7 @@ def test_bench_quant(capsys, tmp_path):
 
     x = np.linspace(-6, 6, 4096, dtype=np.float32).reshape(4, 1024)
     q = quant_bench.parse_quant("float8_e4m3fn:group:32")
-    codes, scale = quant_bench._torch_quant(torch, torch.from_numpy(ma.silu(x)), q)
+    codes, scale = quant_bench.torch_composition(torch, torch.from_numpy(ma.silu(x)), q)
     wc, ws = ma.quantize(ma.silu(x), q)
     np.testing.assert_array_equal(codes.reshape(4, 1024).view(torch.uint8).numpy(), wc.view(np.uint8))
     np.testing.assert_array_equal(scale.reshape(4, 32).numpy(), ws)

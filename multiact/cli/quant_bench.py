@@ -43,7 +43,7 @@ def label(q: Q.Quant) -> str:
         f":{q.rule}" if q.granularity == "mx" else "")
 
 
-def _torch_quant(torch: Any, y: Any, q: Q.Quant) -> Any:
+def torch_composition(torch: Any, y: Any, q: Q.Quant) -> Any:
     """The unfused quantization of a float32 tensor y, as a PyTorch user writes it (amax, divide, clamp, cast)."""
     block = q.block or y.shape[-1]
     g = y.reshape(-1) if q.granularity == "tensor" else y.reshape(*y.shape[:-1], -1, block)
@@ -128,7 +128,7 @@ def _variants(f: Callable, x: np.ndarray, backend: str, q: Q.Quant, p: dict,
     if not isinstance(torch_y, str):
         import torch
 
-        fns.append(lambda: _torch_quant(torch, torch_y(), q))
+        fns.append(lambda: torch_composition(torch, torch_y(), q))
     return fns
 
 
