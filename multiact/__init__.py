@@ -18,6 +18,7 @@ from . import optable as _ops
 from ._config import get_num_threads, set_num_threads
 from .api import FUNCTIONS as _FUNCTIONS
 from .api import backward, backward2, forward, param_grad, param_grad2
+from .dequant import Dequant
 from .errors import BackendError, YFormError
 from .fused_bias_act import FUNCTIONS as _BIAS_ACT
 from .gated import FUNCTIONS as _GATED
@@ -95,8 +96,8 @@ def explain(op: str, x: Any, *, direction: str = "forward", backend: str | None 
 
 
 __all__ = [
-    "BackendError", "BackendInfo", "OpSpec", "Quant", "YFormError", "backends", "backward", "backward2", "dequantize",
-    "explain", "forward", "quantize", "register_op",
+    "BackendError", "BackendInfo", "Dequant", "OpSpec", "Quant", "YFormError", "backends", "backward", "backward2",
+    "dequantize", "explain", "forward", "quantize", "register_op",
     "get_num_threads", "ops", "param_grad", "param_grad2", "set_num_threads", "to_onnx", "use", *sorted(_FUNCTIONS),
     *sorted(_GATED), *sorted(_BIAS_ACT),
 ]

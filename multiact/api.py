@@ -15,14 +15,15 @@ import numpy as np
 
 from . import checks, elementwise, hot, registry
 from ._config import get_num_threads
+from .dequant import DOC as DEQUANT_DOC
 from .errors import YFormError
 from .optable import OPS, REQUIRED, OpSpec, get, in_float32, value_key
 
 
 def forward(op: str, x: Any, *, out: Any = None, backend: str | None = None, quant: Any = None,
-            **params: Any) -> Any:
+            dequant: Any = None, **params: Any) -> Any:
     """Generic forward: `forward("gelu", x, approximate="tanh")` is `gelu(x, approximate="tanh")`."""
-    return elementwise.call(get(op), "forward", {"x": x}, params, out, backend, quant)
+    return elementwise.call(get(op), "forward", {"x": x}, params, out, backend, quant, dequant)
 
 
 def backward(
@@ -113,7 +114,7 @@ def _docs(spec: OpSpec) -> dict[str, str]:
     common = "out: write the result here (out=x is in place); backend: run on this backend only."
     quant = ("\nquant: a multiact.Quant: return (codes, scales) of the float32 result instead "
              "(multiact.quantize's contract).")
-    fwd = f"{spec.summary}\n\n    y = {spec.formula}{pblock}\n\n{common}{quant}"
+    fwd = f"{spec.summary}\n\n    y = {spec.formula}{pblock}\n\n{common}{quant}{DEQUANT_DOC}"
     ycan = ""
     if spec.backward_y is not None:
         cond = f" (when {spec.y_condition})" if spec.y_condition else ""
@@ -128,9 +129,9 @@ def _docs(spec: OpSpec) -> dict[str, str]:
 # (or str choices): anything else (a tensor, a list, an object with __float__) is read afresh by
 # elementwise.call, and the key holds the value itself, +0.0 and -0.0 apart.
 _FAST_FWD = """
-def {name}(x{pre}, *, out=None, backend=None, quant=None):
-    if quant is not None:
-        return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend, quant){cfwd}
+def {name}(x{pre}, *, out=None, backend=None, quant=None, dequant=None):
+    if quant is not None or dequant is not None:
+        return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend, quant, dequant){cfwd}
     if type(x) is _nd and {fast}(out is None or type(out) is _nd) and (backend is None or type(backend) is str):
         hit = _cache.get(('forward', x.dtype{keys}, backend, _prefs()))
         if hit is not None:
@@ -246,8 +247,8 @@ def _make(spec: OpSpec) -> dict[str, Any]:
     }
     if elementwise.array_param(spec) is not None:  # an array parameter (prelu's weight): always the checked path
         src = [
-            f"def {name}(x{pre}, *, out=None, backend=None, quant=None):\n"
-            f"    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend, quant)\n",
+            f"def {name}(x{pre}, *, out=None, backend=None, quant=None, dequant=None):\n"
+            f"    return _call(_spec, 'forward', {{'x': x}}, {pdict}, out, backend, quant, dequant)\n",
             f"def {name}_grad(dy, x=None{gpre}, *, y=None, out=None, backend=None, quant=None):\n"
             f"    return _grad(_spec, dy, x, y, {pdict}, out, backend, quant)\n",
         ]

@@ -16,14 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from . import checks, executors, registry
+from . import _arrays, checks, executors, registry
 from . import dtypes as _dtypes
+from . import quant as Q
 from .plan import Plan
 
 
 def run(plan: Plan) -> Any:
     """Carry out one call."""
     checks.check_backend(plan.fn, plan.backend)
+    if plan.dequant is not None:
+        return _dequantized(plan)
     if plan.quant is not None:
         return _quantized(plan)
     dests = plan.family.outs(plan)
@@ -45,6 +48,67 @@ def _dest_names(dests: tuple) -> dict[str, Any]:
     return {f"out[{i}]": d for i, d in enumerate(dests)}
 
 
+# ---- dequantized inputs ----------------------------------------------------------------------------
+
+
+def _dequantized(plan: Plan) -> Any:
+    """A forward on a matmul's int32 output (multiact.dequant's contract): with quant=, a backend's one pass where
+    it has one for the case; else the float32 values (Dequant.apply's), then the call as on a float32 x (quant=
+    included).  Host arrays and Dask (lazily); device arrays are refused (no device kernels read int32 yet)."""
+    from . import dequant as D
+
+    fn, x = plan.fn, plan.arrays["x"]
+    given = [n for n, a in plan.arrays.items() if n != "x" and a is not None]
+    if plan.direction != "forward" or given:
+        raise ValueError(f"{fn}: dequant= reads x alone, as one matmul's int32 output (the one-input form)"
+                         + (f"; {given[0]}= cannot come with it" if given else ""))
+    if checks.masked(x, plan.out):
+        raise TypeError(f"{fn}: dequant= does not take masked arrays; pass np.ma.getdata(x)")
+    kind = _arrays.kind_of(x)
+    if kind == "dask":
+        v = D.dequantize_dask(fn, x, plan.dequant)
+    elif kind not in checks.HOST_KINDS:
+        raise TypeError(f"{fn}: dequant= runs on host and Dask arrays; x is {_arrays.library_of(x)} (dequantize "
+                        "on the device, then call with the float32 values)")
+    else:
+        xi = D.host_int32(fn, "x", x)
+        c = D.check(fn, plan.dequant, xi.shape)
+        res = _fused_dequant(plan, xi, c) if plan.quant is not None else None
+        if res is not None:
+            return Q.as_kind(res, x)
+        v = D.dequantize_host(xi, c)
+        if kind == "torch":
+            v = sys.modules["torch"].from_numpy(v)
+    sub = Plan(fn, plan.what, plan.key, plan.direction, plan.p, {**plan.arrays, "x": v}, plan.out, plan.backend,
+               plan.family, plan.state)
+    sub.quant = plan.quant
+    return run(sub)
+
+
+def _fused_dequant(plan: Plan, xi: np.ndarray, c: Any) -> Any:
+    """The backend's one pass (dequantization, activation, amax, codes) where it has one, else None.
+
+    A backend offers it as `dequantized(plan, job, kernel, parts, quant) -> (codes, scales) | None`: `job` is the
+    family's job on the int32 x, `kernel` its float32 forward kernel, `parts` the family's jobs on each of the
+    Dequant's parts broadcast to x's shape (None where not given: their views line up with x's), and the result
+    must be the bits of the passes in _dequantized."""
+    fn = plan.fn
+    q = Q.check(fn, plan.quant)
+    if plan.out is not None:
+        raise TypeError(f"{fn}: out= cannot be combined with quant=: the result is (codes, scales), new arrays")
+    plan.family.check(plan, np.dtype(np.float32))
+    try:
+        mod, kernel = registry.resolve(plan.key, plan.direction, "float32", "numpy", plan.backend)
+    except registry.BackendError:  # the float32 passes raise the error that names it
+        return None
+    fused = getattr(mod, "dequantized", None)
+    if fused is None:
+        return None
+    job = plan.family.host(plan, {"x": xi})
+    parts = {n: None if a is None else plan.family.host(plan, {"x": a}) for n, a in c.full(xi.shape).items()}
+    return fused(plan, job, kernel, parts, q)
+
+
 # ---- quantized results -----------------------------------------------------------------------------
 
 
@@ -53,8 +117,6 @@ def _quantized(plan: Plan) -> Any:
     widened exactly to float32 (float16, bfloat16; float32 as it is, float64 in float64), then its values'
     codes and scales; NumPy in, NumPy out, torch CPU tensors in, torch tensors out.  A backward quantizes dx
     (its other results, bias_act's db and dscale, come back as they are, in float32)."""
-    from . import quant as Q
-
     fn = plan.fn
     q = Q.check(fn, plan.quant)
     if plan.out is not None:

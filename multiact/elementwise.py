@@ -58,15 +58,15 @@ def array_param(spec: OpSpec) -> tuple[str, str] | None:
 
 
 def call(spec: OpSpec, direction: str, named: dict[str, Any], params: dict[str, Any], out: Any = None,
-         backend: str | None = None, quant: Any = None) -> Any:
+         backend: str | None = None, quant: Any = None, dequant: Any = None) -> Any:
     """Run one forward / backward / backward_y / backward2 / param_grad... call; `named` holds the array
     arguments in the kernel's order.  The checked path: the generated functions' hot path comes here for any
     call it has not seen, and for any call whose arrays it cannot vouch for; a forward with quant= (a
-    multiact.Quant) returns its result's (codes, scales)."""
+    multiact.Quant) returns its result's (codes, scales), one with dequant= (a multiact.Dequant) reads an int32 x."""
     fn = spec.label(direction)
     checks.check_backend(fn, backend)
     pl = plan(spec, direction, named, validated(spec, params, fn), out, backend)
-    pl.quant = quant
+    pl.quant, pl.dequant = quant, dequant
     return core.run(pl)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import checks, core, elementwise
 from ._opdefs import COMPOSITE_DEFINITIONS, F32_MAX, GATED, CompositeDef, composable
+from .dequant import DOC as DEQUANT_DOC
 from .optable import FAMILY_KEYS, OPS, OpSpec, value_key
 from .plan import Blocks, Job, Plan, Result
 
@@ -169,11 +170,11 @@ def check_form(fn: str, given: Mapping[str, Any], up: Any) -> None:
 
 
 def forward(cdef: CompositeDef, x: Any, up: Any, given: dict[str, Any], extra: dict[str, Any], out: Any,
-            backend: str | None, quant: Any = None) -> Any:
+            backend: str | None, quant: Any = None, dequant: Any = None) -> Any:
     """y = act(gate) * up: half of x along dim (one-input form), or x's shape (two-input form); (codes, scales)
-    with quant= (a multiact.Quant)."""
+    with quant= (a multiact.Quant); an int32 x read through dequant= (a multiact.Dequant)."""
     pl = plan(cdef, "forward", x, up, None, given, extra, out, backend)
-    pl.quant = quant
+    pl.quant, pl.dequant = quant, dequant
     return core.run(pl)
 
 
@@ -321,8 +322,8 @@ def _chunk_plan(name: str, direction: str, given: dict, extra: dict, backend: st
 # ---- the public functions, generated from the definitions ---------------------------------------------
 
 _FWD = """
-def {name}(x{pos}, *, up=None{kw}, out=None, backend=None, quant=None{star}):
-    return _forward(_cdef, x, up, {pdict}, {extra}, out, backend, quant)
+def {name}(x{pos}, *, up=None{kw}, out=None, backend=None, quant=None, dequant=None{star}):
+    return _forward(_cdef, x, up, {pdict}, {extra}, out, backend, quant, dequant)
 """
 _BWD = """
 def {name}_grad(dy, x{pos}, *, up=None{kw}, out=None, backend=None{star}):
@@ -360,7 +361,7 @@ def _make(cdef: CompositeDef) -> dict[str, Any]:
               "out: write the result here; backend: run on this backend only.")
     quant = "\nquant: a multiact.Quant: return (codes, scales) of the float32 result instead (forward only)."
     fwd, bwd = ns[cdef.name], ns[f"{cdef.name}_grad"]
-    fwd.__doc__ = f"{cdef.summary}\n\n    {cdef.formula}\n\nParameters:\n{params}\n\n{common}{quant}"
+    fwd.__doc__ = f"{cdef.summary}\n\n    {cdef.formula}\n\nParameters:\n{params}\n\n{common}{quant}{DEQUANT_DOC}"
     bwd.__doc__ = (f"Backward of {cdef.name}: dx with x's shape (both halves, one pass), or (dgate, dup) with "
                    f"up=.\n\nParameters:\n{params}\n\n{common} out is dx, or a pair (dgate, dup) with up=.")
     for f in (fwd, bwd):

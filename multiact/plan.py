@@ -96,10 +96,11 @@ class Plan:
     an optional one not given), its `out`, its `backend=`, and the family that arranges it.  `what` names
     the call in a note on a kernel's error; `state` is the family's own (an op's spec, a checked call);
     `partial` asks for float64 partial sums (a Dask chunk); `cache`, where the family keeps a hot path, is
-    where a plain call is remembered (multiact.hot); `quant`, on a forward, asks for its result quantized."""
+    where a plain call is remembered (multiact.hot); `quant`, on a forward, asks for its result quantized;
+    `dequant`, on a forward, reads an int32 x through its scales."""
 
     __slots__ = ("fn", "what", "key", "direction", "p", "arrays", "out", "backend", "family", "state", "partial",
-                 "cache", "quant")
+                 "cache", "quant", "dequant")
 
     def __init__(self, fn: str, what: str, key: str, direction: str, p: dict, arrays: dict[str, Any], out: Any,
                  backend: str | None, family: Family, state: Any = None, partial: bool = False):
@@ -108,3 +109,4 @@ class Plan:
         self.partial = partial
         self.cache: tuple[dict, tuple] | None = None  # (the hot path's table, the parameters' key terms)
         self.quant: Any = None  # a multiact.Quant: the forward's result quantized (multiact.quant's contract)
+        self.dequant: Any = None  # a multiact.Dequant: x is int32, dequantized first (multiact.dequant's contract)

@@ -580,8 +580,33 @@ def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple
     dtype and option of multiact.Quant ("tensor" without a static scale: two passes over the blocks, the first
     for the amax).  None for the rest (the call core's two passes): other families and signatures, float64,
     empty or 0-d results, and a last axis the group does not divide (whose error the two passes raise)."""
+    if dtype not in _QDTYPE:
+        return None
+    return _q_run(plan, job, _QDTYPE[dtype], quant, None)
+
+
+def dequantized(plan: Any, job: Any, kernel: Any, parts: dict, quant: Any) -> tuple | None:
+    """The one pass of a quantized forward on an int32 x (multiact.core._fused_dequant): each block of the input
+    dequantized (multiact.dequant's float32 operations, in its order) into the buffer the activation reads, then
+    as `quantized`.  `parts`: the family's jobs on the Dequant's parts broadcast to x's shape (their views line
+    up with the inputs'); the same cases as `quantized`, else None (the call core's passes)."""
+    views = {}
+    for name, pj in parts.items():
+        if pj is not None:
+            got: list = []
+            pj.run(lambda *a, got=got: got.append(a[:-1]), [None])
+            views[name] = got[0] if len(got) == 1 else None
+            if views[name] is None:
+                return None
+    return _q_run(plan, job, 3, quant, views)
+
+
+_DQ_PARTS = ("bias_int", "weight_scale", "activation_scale", "bias_float")  # ma_qjob's dq[k][0..3]
+
+
+def _q_run(plan: Any, job: Any, dcode: int, quant: Any, parts: dict | None) -> tuple | None:
     s = _load()
-    if not s["ok"] or dtype not in _QDTYPE:
+    if not s["ok"]:
         return None
     isa = s["isa"]
     lib, ffi = s["lib"], s["ffi"]
@@ -595,7 +620,8 @@ def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple
     got: list = []
     job.run(lambda *a: got.append(a[:-1]), [None])  # the family's views of the inputs (the result: not used)
     ins = got[0] if len(got) == 1 else ()
-    if len(ins) != (1 if signature == "unary" else 2):
+    k = 1 if signature == "unary" else 2
+    if len(ins) != k or any(v is not None and len(v) != k for v in (parts or {}).values()):
         return None
     shape = tuple(ins[0].shape)
     if not shape or ins[0].size == 0:
@@ -605,7 +631,8 @@ def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple
     g = q.block or n
     if n % g:
         return None  # the two passes raise the error that names the group size
-    views = _q_rows(ins, n)
+    given = [name for name in _DQ_PARTS if parts and parts.get(name) is not None]
+    views = _q_rows((*ins, *(v for name in given for v in parts[name])), n)
     if views is None:
         return None
     (arows, an, rs, es), arrs = views
@@ -625,16 +652,24 @@ def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple
     address = s.get("address") or s.setdefault("address", _address_reader(ffi))
     mode = (1 if q.scale is not None else 4) if tensor else (2 if q.rule == "ceil" else 3) if q.granularity == "mx" \
         else 0
+    dq, dqrs, dqes = [[ffi.NULL] * 4 for _ in range(2)], [[0] * 4 for _ in range(2)], [[0] * 4 for _ in range(2)]
+    for i, name in enumerate(given):  # part `name`'s view of input t is arrs[k + i * k + t]
+        slot = _DQ_PARTS.index(name)
+        for t in range(k):
+            at = k + i * k + t
+            dq[t][slot] = ffi.cast("void *", address(arrs[at]))
+            dqrs[t][slot], dqes[t][slot] = rs[at], es[at]
     j = ffi.new("ma_qjob *", {
         "kind": 0 if signature == "unary" else 1, "fn": ffi.cast("void *", ffi.addressof(lib, sym)), "p": pblock,
-        "cost": cost, "dtype": _QDTYPE[dtype], "x": ffi.cast("void *", address(arrs[0])),
-        "up": ffi.cast("void *", address(arrs[-1])), "arows": arows, "an": an, "xrs": rs[0], "xes": es[0],
-        "urs": rs[-1], "ues": es[-1], "fmt": 3 if zp is not None else _QFMT[q.dtype], "mode": mode,
+        "cost": cost, "dtype": dcode, "x": ffi.cast("void *", address(arrs[0])),
+        "up": ffi.cast("void *", address(arrs[k - 1])), "arows": arows, "an": an, "xrs": rs[0], "xes": es[0],
+        "urs": rs[k - 1], "ues": es[k - 1], "fmt": 3 if zp is not None else _QFMT[q.dtype], "mode": mode,
         "group": g, "qmax": q.qmax, "ub": q.scale_ub or 0.0, "floor_": q.amax_floor or 0.0,
         "scale": float(np.float32(q.scale)) if q.scale is not None else 0.0, "pow2": int(q.pow2),
         "emax": Q.EMAX.get(q.dtype, 0), "codes": ffi.cast("uint8_t *", codes.ctypes.data),
         "scales": ffi.cast("void *", scales.ctypes.data),
-        "zp": ffi.cast("int32_t *", zp.ctypes.data) if zp is not None else ffi.NULL, "nthreads": get_num_threads()})
+        "zp": ffi.cast("int32_t *", zp.ctypes.data) if zp is not None else ffi.NULL, "nthreads": get_num_threads(),
+        "dq": dq, "dqrs": dqrs, "dqes": dqes})
     if run(j):
         raise MemoryError(f"{plan.fn}: native quant: no memory for a block of {g} float32 values")
     res = (codes.view(Q._code_dtype(q.dtype)),)

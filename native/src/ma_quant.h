@@ -39,6 +39,8 @@ typedef struct ma_qjob {
     void *scales;
     int32_t *zp;
     int nthreads;
+    const void *dq[2][4];
+    ptrdiff_t dqrs[2][4], dqes[2][4];
 } ma_qjob;
 
 #endif
