@@ -133,7 +133,7 @@ def _quantized(plan: Plan) -> Any:
     plan.family.check(plan, job.dtype)
     dtype = checks.dtype_name(job.dtype)
     like = next(a for a in plan.arrays.values() if a is not None)
-    res = _fused(plan, job, dtype, q) if plan.direction == "forward" else None
+    res = _fused(plan, job, dtype, q)
     if res is not None:
         return Q.as_kind(res, like)
     wide = {n: _widen(a) for n, a in arrs.items()}
@@ -182,13 +182,13 @@ def _quantized_dask(plan: Plan, q: Any) -> Any:
 
 
 def _fused(plan: Plan, job: Any, dtype: str, q: Any) -> Any:
-    """The backend's one pass (activation, amax, codes) where it has one for this case, else None.
+    """The backend's one pass (the op or its backward, amax, codes) where it has one for this case, else None.
 
     A backend offers it as `quantized(plan, job, kernel, dtype, quant) -> (codes, scales) | None`: `kernel` is
-    its forward kernel for the inputs' own dtype (a bfloat16 x is read as bfloat16), `job.run(call, arrays)`
-    hands `call` the family's views of the inputs and of `arrays` (the results' arrays), and the codes and
-    scales must be the bits of the two passes in _quantized (the tests compare them).  None leaves the call
-    to those two passes: the activation on the backend, the quantization by multiact.quant."""
+    its kernel of the plan's direction for the inputs' own dtype (a bfloat16 x is read as bfloat16),
+    `job.run(call, arrays)` hands `call` the family's views of the inputs and of `arrays` (the results' arrays),
+    and the codes and scales must be the bits of the two passes in _quantized (the tests compare them).  None
+    leaves the call to those two passes: the activation on the backend, the quantization by multiact.quant."""
     try:
         mod, kernel = registry.resolve(plan.key, plan.direction, dtype, "numpy", plan.backend)
     except registry.BackendError:  # no kernel for the inputs' own dtype: the float32 passes decide

@@ -166,6 +166,32 @@ def test_elementwise_fused_is_two_passes(fused, op):
         assert seen and all(seen), "the one pass did not run"
 
 
+@pytest.mark.parametrize("fused", FUSED, indirect=True, ids=[f"{b}-{i}" for b, i in FUSED])
+@pytest.mark.parametrize("op", [op for op in OPS if not OPS[op].defn.array_param])
+def test_backward_fused_is_two_passes(fused, op):
+    """The elementwise backwards' one pass (dx from dy and x, and from dy and y where the op has that form): the
+    bits of ma.quantize of the float32 backward on the widened inputs."""
+    backend, isa, seen = fused
+    spec = OPS[op]
+    rng = np.random.default_rng(4)
+    for p in _op_params(op):
+        for dtype in DTYPES:
+            dy = _cast(rng.standard_normal((6, 256)) * 2, dtype)
+            dy[1, 9] = np.nan
+            for x in _inputs(dtype):
+                forms = [{"x": x}]
+                if spec.supports_y(elementwise.validated(spec, p, spec.label("backward")), np.dtype(np.float32)):
+                    forms.append({"y": getattr(ma, op)(x, **p)})  # y: data of the input dtype
+                for form in forms:
+                    wide = {k: a.astype(np.float32) for k, a in form.items()}
+                    want = ma.backward(op, dy.astype(np.float32), **wide, backend=backend, **p)
+                    for q in QUANTS:
+                        _same(ma.backward(op, dy, **form, quant=q, backend=backend, **p), ma.quantize(want, q),
+                              f"{op}{p} backward ({next(iter(form))}) {dtype} {q}")
+    if backend in ("native", "numba"):  # the backends whose one pass takes the backwards (others: forwards only)
+        assert seen and all(seen), "the one pass did not run"
+
+
 GATED = [("swiglu", {}), ("geglu", {}), ("reglu", {}), ("glu", {}), ("swiglu", {"limit": 7.0, "alpha": 1.702}),
          ("swiglu", {"layout": "interleaved"}), ("glu", {"act": "gelu", "approximate": "tanh"})]
 

@@ -573,13 +573,15 @@ _QDTYPE = {"float32": 0, "float16": 1, "bfloat16": 2}  # ma_quant.inc's input co
 
 
 def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple | None:
-    """The one pass of a quantized forward (multiact.core._fused): per block of rows, groups or MX blocks held in
-    cache, the activation in float32 (this ISA's float32 kernel on the inputs widened exactly), the amax, the
-    scale as multiact.quant derives it and the codes (native/src/ma_quant.inc).  The elementwise ops with one
-    input (all but prelu) and the gated family; float32, float16 and bfloat16 inputs; every granularity, target
-    dtype and option of multiact.Quant ("tensor" without a static scale: two passes over the blocks, the first
-    for the amax).  None for the rest (the call core's two passes): other families and signatures, float64,
-    empty or 0-d results, and a last axis the group does not divide (whose error the two passes raise)."""
+    """The one pass of a quantized call (multiact.core._fused): per block of rows, groups or MX blocks held in
+    cache, the activation or its backward in float32 (this ISA's float32 kernel on the inputs widened exactly),
+    the amax, the scale as multiact.quant derives it and the codes (native/src/ma_quant.inc).  The forwards of
+    the elementwise ops with one input (all but prelu) and of the gated family, and the elementwise backwards
+    (dx from dy and x, or from dy and y); float32, float16 and bfloat16 inputs; every granularity, target dtype
+    and option of multiact.Quant ("tensor" without a static scale: two passes over the blocks, the first for the
+    amax).  None for the rest (the call core's two passes): other families and signatures (the gated and
+    bias_act backwards), float64, empty or 0-d results, and a last axis the group does not divide (whose error
+    the two passes raise)."""
     if dtype not in _QDTYPE:
         return None
     return _q_run(plan, job, _QDTYPE[dtype], quant, None)
@@ -602,6 +604,7 @@ def dequantized(plan: Any, job: Any, kernel: Any, parts: dict, quant: Any) -> tu
 
 
 _DQ_PARTS = ("bias_int", "weight_scale", "activation_scale", "bias_float")  # ma_qjob's dq[k][0..3]
+_Q_KIND = {"unary": 0, "gated": 1, "binary": 2}  # ma_qjob's kind: the kernel signatures the one pass calls
 
 
 def _q_run(plan: Any, job: Any, dcode: int, quant: Any, parts: dict | None) -> tuple | None:
@@ -612,10 +615,10 @@ def _q_run(plan: Any, job: Any, dcode: int, quant: Any, parts: dict | None) -> t
     lib, ffi = s["lib"], s["ffi"]
     run = getattr(lib, f"ma_q_run__{isa}", None)
     try:
-        _, sym, signature, names, cost = entry(plan.key, "forward", "float32", isa)
+        _, sym, signature, names, cost = entry(plan.key, plan.direction, "float32", isa)
     except (NotImplementedError, RuntimeError, ValueError):
         return None
-    if run is None or signature not in ("unary", "gated"):
+    if run is None or signature not in _Q_KIND:
         return None
     got: list = []
     job.run(lambda *a: got.append(a[:-1]), [None])  # the family's views of the inputs (the result: not used)
@@ -644,7 +647,7 @@ def _q_run(plan: Any, job: Any, dcode: int, quant: Any, parts: dict | None) -> t
     sshape = () if tensor else shape[:-1] + (n // g,)
     scales = np.empty(sshape, np.uint8 if q.granularity == "mx" else np.float32)
     zp = np.empty(sshape, np.int32) if not q.symmetric else None
-    if signature == "unary":
+    if signature != "gated":
         a, b, c, d = _packer(names)(job.p)
         pblock = ffi.new("ma_params *", {"a": a, "b": b, "c": c, "d": d, "da": a, "db": b, "dc": c, "dd": d})
     else:
@@ -660,7 +663,7 @@ def _q_run(plan: Any, job: Any, dcode: int, quant: Any, parts: dict | None) -> t
             dq[t][slot] = ffi.cast("void *", address(arrs[at]))
             dqrs[t][slot], dqes[t][slot] = rs[at], es[at]
     j = ffi.new("ma_qjob *", {
-        "kind": 0 if signature == "unary" else 1, "fn": ffi.cast("void *", ffi.addressof(lib, sym)), "p": pblock,
+        "kind": _Q_KIND[signature], "fn": ffi.cast("void *", ffi.addressof(lib, sym)), "p": pblock,
         "cost": cost, "dtype": dcode, "x": ffi.cast("void *", address(arrs[0])),
         "up": ffi.cast("void *", address(arrs[k - 1])), "arows": arows, "an": an, "xrs": rs[0], "xes": es[0],
         "urs": rs[k - 1], "ues": es[k - 1], "fmt": 3 if zp is not None else _QFMT[q.dtype], "mode": mode,

@@ -1209,20 +1209,23 @@ def _run_bias(key: tuple[str, str, str], arrays: tuple, p4: tuple[float, ...], w
 
 
 def quantized(plan: Any, job: Any, kernel_: Any, dtype: str, quant: Any) -> tuple | None:
-    """The one pass of a quantized forward (multiact.core._fused): blocks of rows widened to float32, this
+    """The one pass of a quantized call (multiact.core._fused): blocks of rows widened to float32, this
     backend's float32 kernel into a block held in cache, amax, scales and codes per group (numba_quant).  The
-    elementwise ops with one input (all but prelu) and the gated family, on float32, float16 and bfloat16 inputs;
-    None (the two passes) for the rest."""
+    forwards of the elementwise ops with one input (all but prelu) and of the gated family, and the elementwise
+    backwards (dy and x, or dy and y), on float32, float16 and bfloat16 inputs; None (the two passes) for the
+    rest."""
     if vocab.DTYPES[dtype].compute != "float32":  # float64: the two passes
         return None
-    key = plan.key
+    key, direction = plan.key, plan.direction
     defn = KEYS[key].defn if key in KEYS else None
-    if key in BIAS_ACT_KEYS or (defn is not None and defn.array_param) or not supports(key, "forward", "float32"):
+    if key in BIAS_ACT_KEYS or (defn is not None and defn.array_param) or not supports(key, direction, "float32"):
         return None
+    if direction != "forward" and (key in FAMILY_KEYS or direction not in ("backward", "backward_y")):
+        return None  # a gated backward writes two halves; second order and parameter gradients: the two passes
     got: list = []
     job.run(lambda *a: got.append(a[:-1]), [None])  # the family's views of the inputs
-    if len(got) != 1 or len(got[0]) != (2 if key in FAMILY_KEYS else 1):
+    if len(got) != 1 or len(got[0]) != (2 if key in FAMILY_KEYS or direction != "forward" else 1):
         return None
     from . import numba_quant
 
-    return numba_quant.run(kernel(key, "forward", "float32"), job.p, got[0], quant)
+    return numba_quant.run(kernel(key, direction, "float32"), job.p, got[0], quant)

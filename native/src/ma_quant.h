@@ -12,9 +12,11 @@
  * its amax per group, the scale as multiact.quant derives it (the same float32 operations in the same order)
  * and the codes, before the next block.  kind 0: y = fn(x) with fn a float32 unary kernel
  * (fn(x, y, n, p), in place allowed); kind 1: y = fn(gate, up) with fn a float32 gated kernel
- * (fn(gate, up, y, gshape, p)).  The inputs are addressed as arows x an elements in the result's C order
- * (element (r, c) at x + r * xrs + c * xes, strides in elements); groups are `group` consecutive elements of
- * that order (a multiple of the vector width or not; never across a row of the result: the caller checks).
+ * (fn(gate, up, y, gshape, p)); kind 2: dx = fn(dy, x) with fn a float32 binary kernel, a backward
+ * (fn(dy, x, dx, n, p), dx over dy allowed; `x` holds dy and `up` holds x, or y for a backward from the output).
+ * The inputs are addressed as arows x an elements in the result's C order (element (r, c) at x + r * xrs + c *
+ * xes, strides in elements); groups are `group` consecutive elements of that order (a multiple of the vector
+ * width or not; never across a row of the result: the caller checks).
  * fmt: 0 float8_e4m3fn, 1 float8_e5m2, 2 int8, 3 int8 with a zero point (vLLM's azp).
  * mode: 0 a float32 scale per group from its amax; 1 the static scale `scale`; 2 MX E8M0 scales, rule ceil;
  * 3 MX, rule floor; 4 one float32 scale from the whole result's amax (two passes over the blocks: the
