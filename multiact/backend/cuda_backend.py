@@ -1475,10 +1475,10 @@ def _channel_param_grad(key: str) -> Callable:
 
 
 # ---- quantized outputs (quant=): the activation, the amax, the scale and the codes on the device ---------------
-# multiact.quant's contract, bit for bit, in float32 on the device.  The values are the family's forward formula
-# (the same device functions as the float kernels: the elementwise formula, or the gated family's forward) on
-# inputs loaded as they are (float16 / float32 widened in registers, bfloat16 by its bits << 16, float64 computed
-# in float64 and rounded once to float32).  Three kernels:
+# multiact.quant's contract, bit for bit, in float32 on the device.  The values are the call's formula (the same
+# device functions as the float kernels: the elementwise forward or backward formula, f(x) or f(dy, x), or the
+# gated family's forward) on inputs loaded as they are (float16 / float32 widened in registers, bfloat16 by its
+# bits << 16, float64 computed in float64 and rounded once to float32).  Three kernels:
 # - "seg" (granularity token, group, mx): each segment (a row, a group of 32/64/128 or an MX block of 32) is taken
 #   by W threads: W = 32 (a warp) for groups and MX blocks, several segments per block; W = the block for a row.
 #   The threads read their elements (strided over the segment) for max |v| (NaN wins), reduce it by warp shuffles
@@ -1749,22 +1749,28 @@ def _quant_source(kind: str, nin: int, nparams: int, bf16: bool, target: str, bl
     return "\n".join(lines) + "\n"
 
 
-def _quant_formula(key: str, p: dict | None, dtype: str) -> tuple[Any, str, tuple, str] | None:
-    """(device function, compute type, its scalar parameters, a name for it) of a forward the quantizing kernels
-    take: an elementwise op's formula, or the gated family's forward; None where there is none here.  p None: the
-    kernel's form only (zeros for the parameters, what builds() needs)."""
+def _quant_formula(key: str, p: dict | None, dtype: str, direction: str = "forward"
+                   ) -> tuple[Any, str, tuple, str] | None:
+    """(device function, compute type, its scalar parameters, a name for it) of a call the quantizing kernels
+    take: an elementwise op's forward or backward formula (dy and x, or dy and y), or the gated family's forward;
+    None where there is none here.  p None: the kernel's form only (zeros for the parameters, what builds()
+    needs)."""
     if key in _FAMILY_KEYS:
-        if _FAMILY_KEYS[key][0].name != "gated" or _F.family_formulas(key) is None:
+        if direction != "forward" or _FAMILY_KEYS[key][0].name != "gated" or _F.family_formulas(key) is None:
             return None
         compute = _family_compute(key, "forward", "float32" if dtype == "bfloat16" else dtype)
         return (_family_formulas(key, compute).forward, compute,
                 (0.0,) * 4 if p is None else _F.family_params(key, p, dtype), key)
-    if key not in _KEYS or _KEYS[key].defn.array_param or (key, "forward") not in _F.TABLE:
+    if key not in _KEYS or _KEYS[key].defn.array_param or direction not in _Q_DIRECTIONS or \
+            (key, direction) not in _F.TABLE:
         return None
-    compute = _compute(key, "forward", "float32" if dtype == "bfloat16" else dtype)
-    name = _F.TABLE[(key, "forward")] if p is None else _F.formula_name(key, "forward", p)
+    compute = _compute(key, direction, "float32" if dtype == "bfloat16" else dtype)
+    name = _F.TABLE[(key, direction)] if p is None else _F.formula_name(key, direction, p)
     return getattr(_formulas(compute), name), compute, (0.0, 0.0) if p is None else _F.scalar_params(key, p, dtype), \
         name
+
+
+_Q_DIRECTIONS = ("forward", "backward", "backward_y")  # an elementwise call with one result the kernels quantize
 
 
 @cache
@@ -1865,12 +1871,13 @@ def _q_view(lib_obj: Any, a: Any, name: str) -> Any:
 
 
 def quantized(plan: Any, job: Any, kernel: Any, dtype: str, quant: Any) -> tuple[Any, Any] | None:
-    """`ma.<op>(x, quant=Q)` on CUDA arrays, in one pass on the device (see the section's comment): (codes,
-    scales) as device arrays of the caller's library, bit for bit multiact.quant.quantize_host of the float32 result;
-    None (not built here): backwards, the zero-point int8 form, bias_act and prelu."""
-    if plan.direction != "forward" or not quant.symmetric:
+    """`ma.<op>(x, quant=Q)` and `ma.<op>_grad(dy, x, quant=Q)` on CUDA arrays, in one pass on the device (see the
+    section's comment): (codes, scales) as device arrays of the caller's library, bit for bit
+    multiact.quant.quantize_host of the float32 result; None (not built here): the gated and bias_act backwards,
+    second order, the zero-point int8 form, bias_act and prelu."""
+    if not quant.symmetric:
         return None
-    got = _quant_formula(plan.key, job.p, dtype)
+    got = _quant_formula(plan.key, job.p, dtype, plan.direction)
     if got is None:
         return None
     f, compute, params, fname = got
@@ -2045,15 +2052,17 @@ def _reduction_types(dtype: str) -> tuple:
 
 
 def _quant_builds() -> list[Build]:
-    """The quantizing kernels (quant=): every elementwise forward formula's group kernel (float32 data, e4m3fn);
-    for silu every kind (group, row, MX, tensor amax and apply) x target x input dtype; the gated family's group
-    kernel for every gated key in float16 data."""
+    """The quantizing kernels (quant=): every elementwise forward and backward formula's group kernel (float32
+    data, e4m3fn); for silu every kind (group, row, MX, tensor amax and apply) x target x input dtype; the gated
+    family's group kernel for every gated key in float16 data."""
     from numba import types  # noqa: F401 - _quant_arg_types imports it too
 
     picks: list[tuple[str, str, str, str, int]] = []  # (key, kind, dtype, target, width)
+    backward: list[tuple[str, str]] = []  # (key, direction): the backwards (dy and x, or dy and y) a group kernel too
     for key in _KEYS:
         if _quant_formula(key, None, "float32") is not None:
             picks.append((key, "seg", "float32", "float8_e4m3fn", 32))
+        backward += [(key, d) for d in _Q_DIRECTIONS[1:] if _quant_formula(key, None, "float32", d) is not None]
     for dtype, target in itertools.product(vocab.DTYPE_NAMES, _Q_TARGETS):
         picks += [("silu", "seg", dtype, target, 32), ("silu", "seg", dtype, target, _BLOCK),
                   ("silu", "apply", dtype, target, _BLOCK)]
@@ -2064,16 +2073,18 @@ def _quant_builds() -> list[Build]:
     picks += [(key, "seg", "float16", "float8_e4m3fn", 32) for key in _FAMILY_KEYS
               if _quant_formula(key, None, "float16")]
     out, seen = [], set()
-    for key, kind, dtype, target, width in picks:
-        _, compute, params, fname = _quant_formula(key, None, dtype)
-        nin = 2 if key in _FAMILY_KEYS else 1
+    jobs = [(*pick, "forward") for pick in picks] + [(key, "seg", "float32", "float8_e4m3fn", 32, d)
+                                                      for key, d in backward]
+    for key, kind, dtype, target, width, direction in jobs:
+        _, compute, params, fname = _quant_formula(key, None, dtype, direction)
+        nin = 2 if key in _FAMILY_KEYS or direction != "forward" else 1
         args = (fname, compute, nin, len(params), kind, dtype, target, width)
         tag = {"seg": f"group{width}" if width == 32 else "row", "mx": "mx", "amax": "amax", "apply": "tensor"}[kind]
         name = f"quant:{fname}.{tag}.{'any' if kind == 'amax' else target}.{dtype}.strided"
         if name in seen:
             continue
         seen.add(name)
-        out.append(Build(name, f"quant:{fname}.{tag}", "strided", dtype, compute, (f"{key} forward quant=",),
+        out.append(Build(name, f"quant:{fname}.{tag}", "strided", dtype, compute, (f"{key} {direction} quant=",),
                          _quant_py(*args), _quant_arg_types(kind, nin, len(params), dtype, target),
                          lambda args=args: _quant_jit(*args), family="quant"))
     return out

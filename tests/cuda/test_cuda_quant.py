@@ -1,9 +1,10 @@
 """quant= on CUDA arrays (issue 46 item 1): the cuda backend's quantizing kernels under the simulator.
 
-`ma.<op>(x_dev, quant=Q)` is bit for bit `ma.quantize` of the same backend's float32 result on x widened to
-float32 (multiact.quant's contract "on a backend": the cuda formulas' float32 results differ from the host
-backends' by ulps in the transcendental ops, as the float kernels do), codes and scales, for a sample of the
-table's ops (every op with MULTIACT_TEST_FULL=1) and swiglu, every granularity and target, float32, float16 and
+`ma.<op>(x_dev, quant=Q)` (and `ma.<op>_grad(dy_dev, x_dev, quant=Q)`) is bit for bit `ma.quantize` of the same
+backend's float32 result on x widened to float32 (multiact.quant's contract "on a backend": the cuda formulas'
+float32 results differ from the host backends' by ulps in the transcendental ops, as the float kernels do), codes
+and scales, for a sample of the table's ops (every op with MULTIACT_TEST_FULL=1; their backwards from dy and x,
+and from dy and y) and swiglu, every granularity and target, float32, float16 and
 bfloat16 inputs, rows holding NaN, +-inf, -0, all zeros, values beyond the format's range, subnormal codes and
 scales that underflow to 2^-149; strided, non-mergeable and 0-d layouts; SimDeviceArrays (ml_dtypes codes)
 and Numba's own simulated arrays (uint8 codes).  With MULTIACT_CUDA_REAL=1 (scripts/gpu_check.sh) the op, swiglu
@@ -95,6 +96,31 @@ def test_ops_quantize_their_float32_result_on_the_device(name):
                 _same(ma.forward(name, _dev(x), quant=q, **p), ma.quantize(wy, q), f"{name} {x.dtype} {q}")
 
 
+@pytest.mark.parametrize("name", _ops())
+def test_backwards_quantize_their_float32_result_on_the_device(name):
+    """dx from dy and x (and from dy and y where the op has that form) quantized in the same kernels."""
+    spec = OPS[name]
+    p = C.param_cases(spec)[-1]
+    x = _x()
+    dy = np.linspace(-2, 2, x.size).astype(np.float32).reshape(x.shape)[:, ::-1].copy()
+    dy[0, 5] = np.nan
+    forms = [{"x": x}]
+    if spec.supports_y(ma.optable.get(name).validate(p, name), np.dtype(np.float32)):
+        forms.append({"y": ma.forward(name, x, **p)})
+    for form in forms:
+        for i, q in enumerate(QUANTS):
+            dev = {k: _dev(v) for k, v in form.items()}
+            want = ma.backward(name, _dev(dy), **dev, **p).copy_to_host()
+            _same(ma.backward(name, _dev(dy), **dev, quant=q, **p), ma.quantize(want, q),
+                  f"{name} backward ({next(iter(form))}) float32 {q}")
+            if FULL or i % 3 == len(name) % 3:  # bfloat16 dy and x: a turn of the quants each
+                db, xb = dy.astype(BF), {k: v.astype(BF) for k, v in form.items()}
+                want = ma.backward(name, _dev(db.astype(np.float32)),
+                                   **{k: _dev(v.astype(np.float32)) for k, v in xb.items()}, **p).copy_to_host()
+                _same(ma.backward(name, _dev(db), **{k: _dev(v) for k, v in xb.items()}, quant=q, **p),
+                      ma.quantize(want, q), f"{name} backward bfloat16 {q}")
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_swiglu_quantizes_on_the_device(dtype):
     x = _x(dtype)  # gate | up halves of 64
@@ -151,8 +177,9 @@ def test_what_the_device_does_not_quantize_is_a_type_error_naming_it():
     q = ma.Quant("int8", "token", symmetric=False)
     with pytest.raises(TypeError, match=r"silu\(\): quant= on cuda arrays .*zero point"):
         ma.silu(x, quant=q)
-    with pytest.raises(TypeError, match=r"quant= on cuda arrays .*backward"):
-        ma.silu_grad(x, x, quant=ma.Quant("float8_e4m3fn", "token"))
+    with pytest.raises(TypeError, match=r"bias_act_grad\(\): quant= on cuda arrays .* backward"):
+        ma.bias_act_grad(x, x, _dev(np.zeros(128, np.float32)), act="relu", dim=1,
+                         quant=ma.Quant("float8_e4m3fn", "token"))
     with pytest.raises(TypeError, match=r"quant= on cuda arrays"):
         ma.bias_act(x, _dev(np.zeros(128, np.float32)), act="relu", dim=1, quant=ma.Quant("int8", "token"))
     with pytest.raises(ValueError, match=r"gelu\(\): the last axis \(48\) must be a multiple of the group size"):
