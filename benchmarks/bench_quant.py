@@ -30,8 +30,6 @@ from collections.abc import Callable
 import numpy as np
 
 import multiact as ma
-from multiact import core, elementwise
-from multiact.optable import OPS
 
 
 def _cpu() -> str:
@@ -41,18 +39,9 @@ def _cpu() -> str:
 
 
 def _act(op: str, x, q, backend: str, p: dict):
-    """ma.<op>(x, quant=q) (where the function takes quant=: the gated ops, and the elementwise ones once they do;
-    else the elementwise plan with quant through the call core: the same path)."""
-    import inspect
-
+    """ma.<op>(x) on the backend, quantized with q where it is given."""
     f = getattr(ma, op)
-    if q is None or "quant" in inspect.signature(f).parameters:
-        return f(x, **p, backend=backend) if q is None else f(x, **p, quant=q, backend=backend)
-    spec = OPS[op]
-    pl = elementwise.plan(spec, "forward", {"x": x}, elementwise.validated(spec, p, spec.label("forward")), None,
-                          backend)
-    pl.quant = q
-    return core.run(pl)
+    return f(x, **p, backend=backend) if q is None else f(x, **p, quant=q, backend=backend)
 
 
 def _torch_silu(xt):

@@ -111,16 +111,22 @@ def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(a.astype(np.float64) - b) / np.spacing(np.abs(b).astype(np.float32)).astype(np.float64)
 
 
+def _call_params(spec: Any, params: dict, x: np.ndarray) -> dict:
+    """params with an array parameter (prelu's weight) made for x, once per case."""
+    p = dict(params)
+    if spec.defn.array_param:
+        p[spec.defn.array_param] = C.prelu_weight(x, p[spec.defn.array_param], p.get("axis", 1))
+    return p
+
+
 def one_case(backend: str, op: str, params: dict, dtype: str, q: Q.Quant, x: np.ndarray,
-             y64: np.ndarray) -> dict[str, Any]:
-    """One row of the report (see the module's docstring)."""
+             y64: np.ndarray, p: dict | None = None) -> dict[str, Any]:
+    """One row of the report (see the module's docstring); `p`: the call's parameters where the caller built
+    them (an array parameter's weight made for x), else built here from `params`."""
     import multiact as ma
 
-    spec = OPS[op]
-    p = dict(params)
-    array = spec.defn.array_param
-    if array:
-        p[array] = C.prelu_weight(x, p[array], p.get("axis", 1))
+    p = _call_params(OPS[op], params, x) if p is None else p
+    array = OPS[op].defn.array_param
     row = {"backend": backend, "op": op, "case": ",".join(f"{k}={v}" for k, v in params.items()), "dtype": dtype,
            "quant": _label(q), "n": int(x.size)}
     try:
@@ -185,13 +191,11 @@ def run(backends: Sequence[str] | None, ops: Sequence[str] | None, dtypes: Seque
     for op, params, d in (progress(jobs, len(jobs)) if progress else jobs):
         spec = OPS[op]
         x = inputs(d)
-        p = {**{k: v for k, v in spec.defaults().items() if v is not REQUIRED}, **params}
-        if spec.defn.array_param:
-            p[spec.defn.array_param] = C.prelu_weight(x, p[spec.defn.array_param], p.get("axis", 1))
+        p = _call_params(spec, {**{k: v for k, v in spec.defaults().items() if v is not REQUIRED}, **params}, x)
         with np.errstate(all="ignore"):
             y64 = np.asarray(C.reference(spec, "forward", p, np.float32, x), dtype=np.float64)
         with np.errstate(all="ignore"):  # NaN and inf inputs are the point
-            rows += [one_case(b, op, params, d, q, x, y64) for b in chosen for q in QUANTS]
+            rows += [one_case(b, op, params, d, q, x, y64, p) for b in chosen for q in QUANTS]
     return {"rows": rows, "backends": chosen, "skipped_backends": skipped,
             "passed": bool(chosen) and all(r["status"] == "pass" for r in rows)}
 
