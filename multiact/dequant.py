@@ -26,9 +26,10 @@ class Dequant:
       operation in float32 and rounded, in that order (CANN's: an int32 bias is added in int32, wrapping as int32
       arithmetic does, before the conversion; a float bias is added last).  Every part is optional.
     - weight_scale: one per channel of the last axis, shape (n,), or one value; activation_scale: one per token
-      (row), shape x.shape[:-1] or x.shape[:-1] + (1,), or one value; bias: int32 or float, (n,) or one value.
-      float16 and bfloat16 arrays widen exactly; float64 arrays are refused (the values are computed in float32:
-      say which float32 scale you mean); Python numbers round once to float32 (ints to int32 for a bias).
+      (row), shape x.shape[:-1] or x.shape[:-1] + (1,), or one value; bias: integers (added in int32: their
+      values must fit) or floats, (n,) or one value.  float16 and bfloat16 arrays widen exactly; float64 arrays
+      are refused (the values are computed in float32: say which float32 scale you mean); Python numbers round
+      once to float32 (ints to int32 for a bias).
     - The op then runs on the values as on a float32 input; with quant= its float32 result is quantized
       (multiact.Quant's contract).  The forwards of the elementwise ops and the gated ops' one-input form take
       it, on host arrays (NumPy, CPU tensors) and Dask arrays."""
@@ -106,7 +107,7 @@ def _part(fn: str, name: str, a: Any, shapes: tuple, expect: str, ints: bool = F
             return np.asarray(a, np.int32)
         return np.asarray(a, np.float32)
     if ints and _is_int_array(a):
-        v = host_int32(fn, f"dequant's {name}", a)
+        v = _int_bias(arg, a)
     else:
         v = _arrays.as_host_array(a, arg)
         if v.dtype == np.float64:
@@ -116,6 +117,14 @@ def _part(fn: str, name: str, a: Any, shapes: tuple, expect: str, ints: bool = F
     if v.shape != () and v.shape not in shapes:
         raise ValueError(f"{arg} has shape {v.shape}; expected () or {expect}")
     return v
+
+
+def _int_bias(arg: str, a: Any) -> np.ndarray:
+    """An integer bias as int32 (any integer dtype whose values fit: NumPy's default int64 included)."""
+    v = a.detach().numpy() if _arrays.kind_of(a) == "torch" else np.asarray(a)
+    if v.size and (v.min() < -2**31 or v.max() >= 2**31):
+        raise ValueError(f"{arg} holds values outside int32's range (an int32 bias is added in int32)")
+    return v.astype(np.int32)
 
 
 def _is_int_array(a: Any) -> bool:

@@ -5,6 +5,7 @@ tensors equal to NumPy, and every contract error named, on a first call and a re
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -213,6 +214,8 @@ def _errors() -> list[tuple[str, type, str, object]]:
         ("float64 scale", TypeError, "float64", lambda: ma.silu(x, dequant=ma.Dequant(ws.astype(np.float64)))),
         ("bool bias", TypeError, "bool", lambda: ma.silu(x, dequant=ma.Dequant(bias=True))),
         ("wide int bias", ValueError, "int32's range", lambda: ma.silu(x, dequant=ma.Dequant(bias=2**40))),
+        ("wide int64 bias", ValueError, "int32's range", lambda: ma.silu(
+            x, dequant=ma.Dequant(bias=np.full(N, 2**33, np.int64)))),
         ("up=", ValueError, "up= cannot come with it", lambda: ma.swiglu(x, up=x, dequant=ma.Dequant(ws))),
         ("out with quant", TypeError, "out= cannot be combined with quant=", lambda: ma.silu(
             x, dequant=ma.Dequant(ws), quant=ma.Quant("int8", "token"), out=np.empty(x.shape, np.float32))),
@@ -236,6 +239,21 @@ def test_errors_cold_and_warm(case):
         assert text in str(info.value) and any(f in str(info.value) for f in fn_names), str(info.value)
         x, d = _acc(), _dequants()[0]
         ma.silu(x, dequant=d), ma.silu(x, dequant=d, quant=ma.Quant("int8", "token")), ma.swiglu(x, dequant=d)
+
+
+def test_parts_of_other_kinds():
+    """Parts as CPU tensors, bfloat16 scales (widened exactly), an int64 bias that fits (NumPy's default int)."""
+    torch = pytest.importorskip("torch")
+    x, p = _acc(), _parts()
+    d = ma.Dequant(p["weight_scale"], p["activation_scale"], p["bias_int"])
+    want = ma.silu(x, dequant=d)
+    dt = ma.Dequant(torch.from_numpy(p["weight_scale"]), torch.from_numpy(p["activation_scale"]),
+                    torch.from_numpy(p["bias_int"]))
+    _same((ma.silu(x, dequant=dt),), (want,), "tensor parts")
+    _same((ma.silu(x, dequant=ma.Dequant(p["weight_scale"], p["activation_scale"], p["bias_int"].astype(np.int64))),),
+          (want,), "int64 bias")
+    wb = p["weight_scale"].astype(ml_dtypes.bfloat16)
+    _same((ma.silu(x, dequant=ma.Dequant(wb)),), (ma.silu(x, dequant=ma.Dequant(wb.astype(np.float32))),), "bf16")
 
 
 def test_out_untouched_on_error():
