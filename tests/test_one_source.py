@@ -50,6 +50,8 @@ ALLOWED = {
     ("benchmarks/test_numpy_vs_numba.py", "CASES"): "the kernel keys this benchmark times, with their parameters",
     ("benchmarks/bench_composite.py", "BIAS_ACTS"): "the activations this benchmark times with bias_act",
     ("benchmarks/bench_quant.py", "CASES"): "the ops issue 45's speed floors name, with their torch composition",
+    ("benchmarks/bench_quant_backward.py", "CASES"): "the ops issue 46's backward floor is measured on, with torch's "
+                                                     "backward kernels",
     ("benchmarks/test_native_vs_peers.py", "PARAMS"): "the benchmark's parameters for the ops without defaults",
     ("benchmarks/onnx_export.py", "PARAMS"): "the benchmark's parameters for the ops without defaults",
     ("scripts/gpu_bench.py", "PARAMS"): "the benchmark's parameters for the ops without defaults",
