@@ -28,8 +28,8 @@ class Dequant:
     - weight_scale: one per channel of the last axis, shape (n,), or one value; activation_scale: one per token
       (row), shape x.shape[:-1] or x.shape[:-1] + (1,), or one value; bias: integers (added in int32: their
       values must fit) or floats, (n,) or one value.  float16 and bfloat16 arrays widen exactly; float64 arrays
-      are refused (the values are computed in float32: say which float32 scale you mean); Python numbers round
-      once to float32 (ints to int32 for a bias).
+      are refused (the values are computed in float32: say which float32 scale you mean); Python numbers and
+      lists of them round once to float32 (ints to int32 for a bias).
     - The op then runs on the values as on a float32 input; with quant= its float32 result is quantized
       (multiact.Quant's contract).  The forwards of the elementwise ops and the gated ops' one-input form take
       it, on host arrays (NumPy, CPU tensors) and Dask arrays."""
@@ -108,6 +108,8 @@ def _part(fn: str, name: str, a: Any, shapes: tuple, expect: str, ints: bool = F
         return np.asarray(a, np.float32)
     if ints and _is_int_array(a):
         v = _int_bias(arg, a)
+    elif isinstance(a, (list, tuple)):  # Python numbers, each rounded once to float32 as a lone number is
+        v = _arrays.as_host_array(a, arg).astype(np.float32)
     else:
         v = _arrays.as_host_array(a, arg)
         if v.dtype == np.float64:

@@ -252,6 +252,9 @@ def test_parts_of_other_kinds():
     _same((ma.silu(x, dequant=dt),), (want,), "tensor parts")
     _same((ma.silu(x, dequant=ma.Dequant(p["weight_scale"], p["activation_scale"], p["bias_int"].astype(np.int64))),),
           (want,), "int64 bias")
+    lists = ma.Dequant([float(v) for v in p["weight_scale"]], list(p["activation_scale"].astype(float)),
+                       [int(v) for v in p["bias_int"]])
+    _same((ma.silu(x, dequant=lists),), (want,), "lists of Python numbers")
     wb = p["weight_scale"].astype(ml_dtypes.bfloat16)
     _same((ma.silu(x, dequant=ma.Dequant(wb)),), (ma.silu(x, dequant=ma.Dequant(wb.astype(np.float32))),), "bf16")
 
