@@ -476,6 +476,19 @@ MA_INLINE V fast_gelu(V x, const ma_params *p) {
  * took twice that (4.8 ULP at x = -1.63, 5.5 at x = -1.85; hidden until issue 44 by a floor of 2 eps |dy|). */
 #define MA_INV_SQRT_2PI_F 0.39894228040143268f
 #define MA_INV_SQRT_2PI_LO ((float)(0.39894228040143268 - (double)MA_INV_SQRT_2PI_F))
+/* |x| <= 1/2: f' = 1/2 + x P(x^2 / 2), P = sum (-1)^n (2n + 2) / ((2n + 1) n!) u^n / sqrt(2 pi) (Phi's series and
+ * x pdf's, term by term), one rounding of the FMA: e (A + x k) loses a factor of up to 1.5 there to the two terms'
+ * cancellation, A's error with it (4.7 ULP at x = -0.327, found by the exhaustive run under issue 44's rule). */
+MA_INLINE V ma_gelu_grad_near0(V x, V h) {
+    V u = VSPLAT(0.5f) * h;
+    V P = VFMA(u, VSPLAT(0.000596708539f), VSPLAT(-0.003626748f));
+    P = VFMA(u, P, VSPLAT(0.0184695500f));
+    P = VFMA(u, P, VSPLAT(-0.0759890058f));
+    P = VFMA(u, P, VSPLAT(0.239365368f));
+    P = VFMA(u, P, VSPLAT(-0.531923041f));
+    P = VFMA(u, P, VSPLAT(0.797884561f));
+    return VFMA(x, P, VSPLAT(0.5f));
+}
 MA_INLINE V fast_gelu_grad(V dy, V x, const ma_params *p) {
     (void)p;
     V h = x * x, s;
@@ -485,7 +498,7 @@ MA_INLINE V fast_gelu_grad(V dy, V x, const ma_params *p) {
     V L = (A + xk) + xkl;
     V left = s * VFMA(L, em, L);
     V right = (ONE - s * VFMA(A, em, A)) + x * (VFMA(s, em, s) * K);
-    return dy * VSEL(x <= ZERO, left, right);
+    return dy * VSEL(b <= VSPLAT(0.5f), ma_gelu_grad_near0(x, h), VSEL(x <= ZERO, left, right));
 }
 MA_INLINE V gen_gelu(V x, const ma_params *p) {
     (void)p;
