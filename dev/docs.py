@@ -41,7 +41,7 @@ COMMITTED = {
     "results/accuracy-f32-dense-neon.txt": "2026-12-02",
     "results/accuracy-f32-dense-numba.txt": "2026-12-07",
     "results/accuracy-f32-dense-scalar.txt": "2026-12-07",
-    "results/accuracy-f32-exhaustive.json": "2026-12-02",
+    "results/accuracy-f32-exhaustive.json": "2026-12-07",
     "results/accuracy-f32-subset-avx2.txt": "2026-12-07",
     "results/accuracy-f32-subset-avx512.txt": "2026-12-07",
     "results/accuracy-f32-subset-avx512-simde.txt": "2026-12-02",
