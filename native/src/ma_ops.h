@@ -479,14 +479,16 @@ MA_INLINE V fast_gelu(V x, const ma_params *p) {
 /* |x| <= 1/2: f' = 1/2 + x P(x^2 / 2), P = sum (-1)^n (2n + 2) / ((2n + 1) n!) u^n / sqrt(2 pi) (Phi's series and
  * x pdf's, term by term), one rounding of the FMA: e (A + x k) loses a factor of up to 1.5 there to the two terms'
  * cancellation, A's error with it (4.7 ULP at x = -0.327, found by the exhaustive run under issue 44's rule). */
+/* term n's coefficient, (2n + 2) / ((2n + 1) n!) / sqrt(2 pi), rounded once to float */
+#define MA_GELU_NEAR0_C(num, den) VSPLAT((float)((num) / (den) * 0.39894228040143268))
 MA_INLINE V ma_gelu_grad_near0(V x, V h) {
     V u = VSPLAT(0.5f) * h;
-    V P = VFMA(u, VSPLAT(0.000596708539f), VSPLAT(-0.003626748f));
-    P = VFMA(u, P, VSPLAT(0.0184695500f));
-    P = VFMA(u, P, VSPLAT(-0.0759890058f));
-    P = VFMA(u, P, VSPLAT(0.239365368f));
-    P = VFMA(u, P, VSPLAT(-0.531923041f));
-    P = VFMA(u, P, VSPLAT(0.797884561f));
+    V P = VFMA(u, MA_GELU_NEAR0_C(14.0, 9360.0), MA_GELU_NEAR0_C(-12.0, 1320.0));
+    P = VFMA(u, P, MA_GELU_NEAR0_C(10.0, 216.0));
+    P = VFMA(u, P, MA_GELU_NEAR0_C(-8.0, 42.0));
+    P = VFMA(u, P, MA_GELU_NEAR0_C(6.0, 10.0));
+    P = VFMA(u, P, MA_GELU_NEAR0_C(-4.0, 3.0));
+    P = VFMA(u, P, MA_GELU_NEAR0_C(2.0, 1.0));
     return VFMA(x, P, VSPLAT(0.5f));
 }
 MA_INLINE V fast_gelu_grad(V dy, V x, const ma_params *p) {
