@@ -90,3 +90,28 @@ def skip_unless_sampled(backend: str, key: str, keys: list[str]) -> None:
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def spy_one_pass(monkeypatch, mod, hook: str, isa: str | None = None) -> list:
+    """Spy a backend module's one-pass hook (`quantized`, `dequantized`): the returned list gets, per call, whether
+    the hook answered (False: it left the call to the core's passes).  With `isa`, the native backend runs that ISA's
+    kernels, the passes' too (as MULTIACT_NATIVE_ISA does).  The caller clears the registry's cache after."""
+    seen: list = []
+    orig = getattr(mod, hook)
+
+    def spy(*a, **k):
+        r = orig(*a, **k)
+        seen.append(r is not None)
+        return r
+
+    monkeypatch.setattr(mod, hook, spy)
+    if isa is not None:
+        from multiact.backend import native_backend as nb
+
+        st = nb._load()
+        monkeypatch.setitem(st, "isa", isa)
+        monkeypatch.setitem(st, "table", {k[:3]: row for k, row in st["by_isa"].items() if k[3] == isa})
+    from multiact import registry
+
+    registry.clear_cache()
+    return seen

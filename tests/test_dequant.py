@@ -8,6 +8,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import spy_one_pass
 
 import multiact as ma
 from multiact import dequant as D
@@ -108,20 +109,7 @@ NATIVE_ISAS = list(nb._load()["isas"]) if nb.available()[0] and hasattr(nb._load
 @pytest.fixture
 def one_pass(request, monkeypatch):
     """Native on one ISA with its `dequantized` spied: a list of whether the one pass answered."""
-    isa = request.param
-    seen: list = []
-    orig = nb.dequantized
-
-    def spy(*a, **k):
-        r = orig(*a, **k)
-        seen.append(r is not None)
-        return r
-
-    monkeypatch.setattr(nb, "dequantized", spy)
-    st = nb._load()
-    monkeypatch.setitem(st, "isa", isa)
-    monkeypatch.setitem(st, "table", {k[:3]: row for k, row in st["by_isa"].items() if k[3] == isa})
-    registry.clear_cache()
+    seen = spy_one_pass(monkeypatch, nb, "dequantized", request.param)
     yield seen
     monkeypatch.undo()
     registry.clear_cache()

@@ -12,6 +12,7 @@ import inspect
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import spy_one_pass
 
 import multiact as ma
 from multiact import core, elementwise, registry
@@ -66,21 +67,7 @@ def fused(request, monkeypatch):
     """(backend, ISA) with the one pass in force on that ISA, and a list of the one pass's answers (None: the two
     passes ran)."""
     backend, isa = request.param
-    seen: list = []
-    mod = registry.module(backend)
-    orig = mod.quantized
-
-    def spy(*a, **k):
-        r = orig(*a, **k)
-        seen.append(r is not None)
-        return r
-
-    monkeypatch.setattr(mod, "quantized", spy)
-    if backend == "native":  # every native kernel of this ISA, the two passes' too (as MULTIACT_NATIVE_ISA does)
-        st = nb._load()
-        monkeypatch.setitem(st, "isa", isa)
-        monkeypatch.setitem(st, "table", {k[:3]: row for k, row in st["by_isa"].items() if k[3] == isa})
-    registry.clear_cache()
+    seen = spy_one_pass(monkeypatch, registry.module(backend), "quantized", isa if backend == "native" else None)
     yield backend, isa, seen
     monkeypatch.undo()
     registry.clear_cache()
